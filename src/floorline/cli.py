@@ -1,0 +1,203 @@
+"""The command line: one verb per command; each parses, calls the library, prints. No logic of its own.
+
+Bad input (a UserError, or arguments argparse rejects) prints one line and exits 2; --debug shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+
+from floorline import __version__
+from floorline.errors import UserError
+
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)  # piped: no truncated tables
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints usage + message)
+        err.print(f"floorline: error: {message}; see `{self.prog} --help`")
+        raise SystemExit(2)
+
+
+# ---------------------------------------------------------------------------------------------------------- models
+def cmd_models(args) -> int:
+    from rich.table import Table
+
+    from floorline import floor, zoo
+
+    t = Table(title="embedded models (random weights built on the device; or pass a local directory)")
+    for h in ("name", "family", "params", "layers", "hidden", "heads/kv", "head_dim", "vocab", "tied", "max pos",
+              "bf16 weights GB", "KV B/token"):
+        t.add_column(h, justify="left" if h in ("name", "family") else "right")
+    for a in zoo.ZOO.values():
+        n = floor.parameter_count(a)
+        t.add_row(a.name, a.family, f"{n:,}", str(a.layers), str(a.hidden), f"{a.heads}/{a.kv_heads}",
+                  str(a.head_dim), str(a.vocab), "yes" if a.tied else "no", str(a.max_pos), f"{n * 2 / 1e9:.2f}",
+                  f"{floor.kv_bytes_per_token(a):,}")
+    out.print(t)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------- specs
+def cmd_specs(args) -> int:
+    from rich.table import Table
+
+    from floorline import specs
+
+    t = Table(title="GPU datasheet peak memory bandwidth (every run also measures its copy bandwidth)")
+    for h in ("--gpu", "device", "memory", "peak GB/s", "source", "note"):
+        t.add_column(h, justify="right" if h == "peak GB/s" else "left")
+    for g in specs.GPUS:
+        t.add_row(g.key, g.name, g.memory, f"{g.peak_gbps:,.1f}".rstrip("0").rstrip("."), g.source, g.note)
+    out.print(t)
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            name = torch.cuda.get_device_name()
+            g = specs.detect(name)
+            out.print(f"this machine: {name} -> {g.key if g else 'unknown: runs on its measured bandwidth alone'}")
+    except ImportError:
+        pass
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------- floor
+def cmd_floor(args) -> int:
+    from rich.table import Table
+
+    from floorline import floor, specs, zoo
+
+    a = zoo.resolve(args.model)
+    fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
+    f = floor.floor(a, args.ctx, fmt, args.convention)
+    gpus = [specs.lookup(args.gpu)] if args.gpu else specs.GPUS
+    by_gpu = {g.key: f.ms(g.peak_gbps) for g in gpus}
+    if args.format == "json":
+        out.print_json(json.dumps({
+            "model": a.name, "ctx": args.ctx, "convention": args.convention, "dtype": args.dtype,
+            "weight_bits": fmt.bits or fmt.dense_bytes * 8, "group_size": fmt.group_size if fmt.bits else None,
+            "components": f.components, "floor_bytes": f.bytes,
+            "gpu": args.gpu and gpus[0].key, "peak_gbps": gpus[0].peak_gbps if args.gpu else None,
+            "floor_ms": by_gpu[gpus[0].key] if args.gpu else None, "floor_ms_by_gpu": by_gpu,
+        }))
+        return 0
+    bits = f"int{fmt.bits} g{fmt.group_size or 'row'}" if fmt.bits else args.dtype
+    t = Table(title=f"{a.name}, ctx {args.ctx}, {bits} decoder matrices, {args.convention} convention: "
+                    f"bytes one decode step moves")
+    t.add_column("component")
+    t.add_column("bytes", justify="right")
+    t.add_column("MB", justify="right")
+    for k, v in f.components.items():
+        t.add_row(k, f"{v:,}", f"{v / 1e6:,.2f}")
+    t.add_row("[b]floor_bytes[/b]", f"[b]{f.bytes:,}[/b]", f"[b]{f.bytes / 1e6:,.2f}[/b]")
+    out.print(t)
+    g = Table(title="floor at datasheet peak bandwidth")
+    for h in ("gpu", "peak GB/s", "floor ms", "tokens/s at floor"):
+        g.add_column(h, justify="left" if h == "gpu" else "right")
+    for s in gpus:
+        ms = by_gpu[s.key]
+        g.add_row(s.key, f"{s.peak_gbps:,.0f}", f"{ms:.3f}", f"{1e3 / ms:,.1f}")
+    out.print(g)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------- run
+def cmd_run(args) -> int:
+    import torch
+
+    from floorline import display, records, zoo
+    from floorline.measure import RunConfig, measure_cells, resolve_device
+
+    device = resolve_device(args.device)
+    model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = RunConfig(model=model, ctx=args.ctx, modes=[m.strip() for m in args.mode.split(",") if m.strip()],
+                    dtype=args.dtype, device=args.device, warmup=args.warmup, steps=args.steps, seed=args.seed,
+                    prefill_chunk=args.prefill_chunk)
+    done: list[dict] = []
+    with err.status(f"floorline run {model}") as status:
+        for rec in measure_cells(cfg, log=lambda s: status.update(s), debug=args.debug):
+            done.append(rec)
+            if args.output:
+                records.append(args.output, [rec])
+            if args.format == "table":
+                err.print(f"done: {rec['mode']}")
+    if args.format == "json":
+        out.print_json(json.dumps(done))
+    elif args.format == "csv":
+        sys.stdout.write(display.csv_text(done))
+    elif args.format == "md":
+        out.print(display.markdown(done))
+    else:
+        out.print(display.rich_table(done))
+    for line in display.notes(done):
+        err.print(line)
+    if args.output:
+        err.print(f"{len(done)} record(s) appended to {args.output}")
+    return 1 if any(str(r.get("reason") or "").startswith("crash") for r in done) else 0  # a mode crashed
+
+
+# ------------------------------------------------------------------------------------------------------------ main
+def build_parser() -> Parser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    p = Parser(prog="floorline", description="Batch-1 LLM decode measured against its memory floor.",
+               parents=[common])
+    p.add_argument("--version", action="version", version=f"floorline {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+
+    sub.add_parser("models", parents=[common], help="list the embedded models").set_defaults(fn=cmd_models)
+    sub.add_parser("specs", parents=[common], help="list the GPU spec table").set_defaults(fn=cmd_specs)
+
+    f = sub.add_parser("floor", parents=[common], help="analytic bytes and floor of one decode step (no GPU needed)")
+    f.add_argument("--model", required=True, help="zoo name or a local directory (config.json + *.safetensors)")
+    f.add_argument("--ctx", type=int, required=True, help="tokens already in the KV cache")
+    f.add_argument("--gpu", help="a key from `floorline specs` (default: every GPU in the table)")
+    f.add_argument("--convention", choices=["strict", "paper"], default="strict")
+    f.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32 (unquantised parts and the KV cache)")
+    f.add_argument("--weight-bits", type=int, default=None, help="16 (unquantised), 8 or 4 for the decoder matrices")
+    f.add_argument("--group-size", type=int, default=128, help="elements per scale/zero group (quantised only)")
+    f.add_argument("--format", choices=["table", "json"], default="table")
+    f.set_defaults(fn=cmd_floor)
+
+    r = sub.add_parser("run", parents=[common], help="measure batch-1 decode against its floor")
+    r.add_argument("--model", default=None,
+                   help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
+    r.add_argument("--ctx", type=int, default=2048, help="prompt tokens prefilled before decoding (default 2048)")
+    r.add_argument("--mode", default="all", help="eager, static, graph, compile, comma-separated, or all (default)")
+    r.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
+    r.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    r.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
+    r.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
+    r.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
+    r.add_argument("--output", help="append the records to this JSON-lines file")
+    r.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+    r.set_defaults(fn=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except UserError as e:
+        if args.debug:
+            raise
+        err.print(f"floorline: error: {e}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("floorline: interrupted; records already written are kept")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""measure_cells: one model on one device, one context, one or more modes -> one record per mode.
+
+Flow: validate -> copy bandwidth -> floors -> memory check -> build (random on device, or local) -> per mode:
+prefill (chunked) -> prepare (capture / compile) -> warm-up steps -> timed steps -> energy window -> record.
+Records are yielded as each mode finishes, so the caller can write them before the next mode can fail.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+from floorline import bandwidth, floor, models, runtimes, specs, stats, system, zoo
+from floorline.errors import UserError
+from floorline.records import SCHEMA_VERSION
+from floorline.timing import time_steps
+
+ENERGY_WINDOW_S = 2.0  # NVML's energy counter updates about every 100 ms: measure over seconds, not a 30-step window
+ENERGY_MAX_TOKENS = 512  # cache room reserved for the energy window
+SLACK_TOKENS = 8  # cache room for a runtime's prepare steps (graph: 2, compile: 3)
+
+
+@dataclass
+class RunConfig:
+    model: str
+    ctx: int
+    modes: list[str]
+    dtype: str = "bf16"
+    device: str = "auto"
+    warmup: int = 5
+    steps: int = 30
+    seed: int = 0
+    prefill_chunk: int = 1024
+    quant: str = "none"
+
+
+def resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        d = torch.device(spec)
+    except RuntimeError:
+        raise UserError(f"unknown device {spec!r}; use auto, cpu, cuda or cuda:N") from None
+    if d.type not in ("cpu", "cuda"):
+        raise UserError(f"device {spec!r} is not supported; use auto, cpu, cuda or cuda:N")
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"device {spec!r} asked for, but no CUDA GPU is visible; use --device cpu")
+        if (d.index or 0) >= torch.cuda.device_count():
+            raise UserError(f"device {spec!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    return d
+
+
+def expand_modes(modes: list[str], device: torch.device) -> list[str]:
+    out: list[str] = []
+    for m in modes:
+        for name in runtimes.modes_for(device.type) if m == "all" else [m]:
+            runtimes.get(name, device.type)  # unknown mode, or graph/compile on the CPU: a UserError
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def cache_len(cfg: RunConfig, energy: bool) -> int:
+    return cfg.ctx + cfg.warmup + cfg.steps + SLACK_TOKENS + (ENERGY_MAX_TOKENS if energy else 0)
+
+
+def validate(cfg: RunConfig, a: zoo.Arch) -> None:
+    if cfg.dtype not in models.TORCH_DTYPES:
+        raise UserError(f"unknown dtype {cfg.dtype!r}; use one of {', '.join(models.TORCH_DTYPES)}")
+    if cfg.ctx <= 0:
+        raise UserError(f"--ctx must be a positive number of tokens, got {cfg.ctx}")
+    if cfg.steps < 2 or cfg.warmup < 0:
+        raise UserError(f"need --steps >= 2 and --warmup >= 0, got {cfg.steps} and {cfg.warmup}")
+    if cfg.prefill_chunk <= 0:
+        raise UserError(f"--prefill-chunk must be positive, got {cfg.prefill_chunk}")
+    need = cfg.ctx + cfg.warmup + cfg.steps + SLACK_TOKENS
+    if need > a.max_pos:
+        raise UserError(f"--ctx {cfg.ctx} + {cfg.warmup + cfg.steps + SLACK_TOKENS} decode tokens passes {a.name}'s "
+                        f"max position {a.max_pos}; use --ctx {a.max_pos - need + cfg.ctx} or less")
+
+
+def _cache_bytes(device: torch.device) -> int:
+    """Last-level cache: the GPU's L2, the CPU's largest cache level; 0 when unknown."""
+    if device.type == "cuda":
+        return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+    best = 0
+    for p in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        t = p.read_text().strip()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+        try:
+            best = max(best, int(t.rstrip("KMG")) * mult)
+        except ValueError:
+            pass
+    return best
+
+
+def _device_info(device: torch.device) -> dict:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        spec = specs.detect(name)
+    else:
+        name, spec = system.cpu_name(), None
+    return {"device": str(device), "device_name": name, "gpu_key": spec.key if spec else None,
+            "peak_gbps": spec.peak_gbps if spec else None, "peak_source": spec.source if spec else None}
+
+
+def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
+                  debug: bool = False) -> Iterator[dict]:
+    """One record per mode, yielded as each finishes."""
+    a = zoo.resolve(cfg.model)
+    device = resolve_device(cfg.device)
+    modes = expand_modes(cfg.modes, device)
+    validate(cfg, a)
+    nvml = system.Nvml(device) if device.type == "cuda" else None
+    energy = nvml is not None and nvml.energy_mj() is not None
+    max_len = cache_len(cfg, energy)
+
+    fmt = floor.weight_format(cfg.dtype)
+    strict = floor.floor(a, cfg.ctx, fmt, "strict")
+    paper = floor.floor(a, cfg.ctx, fmt, "paper")
+    weight_bytes = paper.bytes - paper.components["kv_read"]  # every parameter byte
+    models.check_fits(a, device, weight_bytes, max_len * floor.kv_bytes_per_token(a, fmt.dense_bytes))
+
+    base = {"schema_version": SCHEMA_VERSION, "model": a.name, "model_path": a.path, "ctx": cfg.ctx,
+            "quant": cfg.quant, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
+            "prefill_chunk": cfg.prefill_chunk, "max_cache_len": max_len, "attn_implementation": "sdpa"}
+    base.update(_device_info(device))
+    base.update(system.environment())
+    if nvml is not None:
+        base["driver_version"] = nvml.driver()
+
+    log(f"measuring copy bandwidth on {device}")
+    measured_gbps, bw_samples = bandwidth.copy_bandwidth(device)
+    base.update({"measured_gbps": measured_gbps, "bw_samples_gbps": bw_samples, "floor_convention": "strict",
+                 "floor_bytes": strict.bytes, "paper_floor_bytes": paper.bytes})
+    base.update({f"floor_bytes_{k}": v for k, v in strict.components.items()})
+
+    log(f"building {a.name} ({'local weights' if a.path else 'random weights'}, {cfg.dtype}) on {device}")
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    model = models.build(a, device, cfg.dtype, cfg.seed)
+    base["build_s"] = time.perf_counter() - t0
+    warnings = []
+    n_params = sum(p.numel() for p in model.parameters())
+    if n_params != floor.parameter_count(a):
+        warnings.append(f"the loaded model has {n_params} parameters, the accounting {floor.parameter_count(a)}")
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    prompt = torch.randint(0, a.vocab, (1, cfg.ctx), generator=gen, device=device)
+
+    try:
+        for mode in modes:
+            rec = {**base, "run_id": uuid.uuid4().hex, "mode": mode, "warnings": list(warnings)}
+            try:
+                rec.update(_measure_mode(model, mode, prompt, cfg, max_len, device, nvml, energy, log))
+                _judge(rec, strict, paper, _cache_bytes(device))
+            except torch.OutOfMemoryError:
+                raise UserError(
+                    f"out of memory in mode {mode}: {a.name} at ctx {cfg.ctx} needs about "
+                    f"{(weight_bytes + max_len * floor.kv_bytes_per_token(a, fmt.dense_bytes)) / 1e9:.2f} GB of "
+                    f"weights + KV, {models.free_bytes(device) / 1e9:.2f} GB free now; use a smaller model or --ctx"
+                ) from None
+            except UserError:
+                raise
+            except Exception as e:  # a crashed mode is recorded invalid; the other modes still run
+                if debug:
+                    traceback.print_exc()
+                msg = (str(e).strip().splitlines() or [""])[0][:300]
+                rec.update({"valid": False, "reason": f"crash: {type(e).__name__}: {msg}"})
+                for k in ("step_ms_median", "step_ms_p90", "samples_ms", "floor_ms_peak", "floor_ms_measured",
+                          "fraction_of_floor_peak", "fraction_of_floor_measured", "tokens_per_s", "achieved_gbps"):
+                    rec.setdefault(k, None)
+            yield rec
+    finally:
+        del model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _measure_mode(model, mode, prompt, cfg: RunConfig, max_len, device, nvml, energy, log) -> dict:
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    rt = runtimes.get(mode, device.type)(model, max_len)
+    out: dict = {}
+    try:
+        with torch.inference_mode():
+            log(f"{mode}: prefill {cfg.ctx} tokens")
+            t0 = time.perf_counter()
+            rt.prefill(prompt, cfg.prefill_chunk)
+            if cuda:
+                torch.cuda.synchronize()
+            out["prefill_s"] = time.perf_counter() - t0
+            if rt.prepare_tokens:
+                log(f"{mode}: {'capturing the CUDA graph' if mode == 'graph' else 'compiling'}")
+            rt.prepare()
+            out["prepare_s"] = rt.prepare_s
+            out["prepare_tokens"] = rt.prepare_tokens
+            log(f"{mode}: {cfg.warmup} warm-up + {cfg.steps} timed steps")
+            for _ in range(cfg.warmup):
+                rt.step()
+            if cuda:
+                torch.cuda.synchronize()
+            before = nvml.snapshot() if nvml else {}
+            samples = time_steps(rt.step, cfg.steps, device)  # the timed region
+            after = nvml.snapshot() if nvml else {}
+            s = stats.summarize(samples)
+            if energy:
+                log(f"{mode}: energy window")
+                out.update(_energy_window(rt, nvml, s["step_ms_median"]))
+            out["position_end"] = int(rt.pos.item())
+    finally:
+        rt.close()
+        del rt
+        gc.collect()
+        if cuda:
+            out["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+            torch.cuda.empty_cache()
+    out.update(s)
+    out["samples_ms"] = samples
+    out.update({f"{k}_before": v for k, v in before.items()})
+    out.update({f"{k}_after": v for k, v in after.items()})
+    return out
+
+
+def _energy_window(rt, nvml, median_ms: float) -> dict:
+    """Decode on for about ENERGY_WINDOW_S (the cache keeps growing) and divide the NVML energy by its tokens."""
+    n = min(ENERGY_MAX_TOKENS, max(1, math.ceil(ENERGY_WINDOW_S * 1e3 / median_ms)))
+    torch.cuda.synchronize()
+    e0, t0 = nvml.energy_mj(), time.perf_counter()
+    for _ in range(n):
+        rt.step()
+    torch.cuda.synchronize()
+    e1, t1 = nvml.energy_mj(), time.perf_counter()
+    if e0 is None or e1 is None:
+        return {"energy_j_per_token": None}
+    return {"energy_j_per_token": (e1 - e0) / 1e3 / n, "energy_window_tokens": n, "energy_window_s": t1 - t0}
+
+
+def _judge(rec: dict, strict: floor.Floor, paper: floor.Floor, cache_bytes: int) -> None:
+    """Derived figures, and the validity verdict: a step under the floor at measured bandwidth is a bug unless the
+    whole working set fits in the last-level cache (the tiny test models on a CPU)."""
+    med = rec["step_ms_median"]
+    peak, meas = rec["peak_gbps"], rec["measured_gbps"]
+    rec.update({
+        "tokens_per_s": 1e3 / med,
+        "achieved_gbps": strict.bytes / (med * 1e-3) / 1e9,
+        "floor_ms_peak": strict.ms(peak), "floor_ms_measured": strict.ms(meas),
+        "fraction_of_floor_peak": strict.ms(peak) / med if peak else None,
+        "fraction_of_floor_measured": strict.ms(meas) / med,
+        "paper_floor_ms_peak": paper.ms(peak),
+        "paper_fraction_of_floor_peak": paper.ms(peak) / med if peak else None,
+        "valid": True, "reason": None,
+    })
+    w = stats.spread_warning(rec)
+    if w:
+        rec["warnings"].append(w)
+    if med < strict.ms(meas):
+        if strict.bytes <= 2 * cache_bytes:
+            rec["warnings"].append(f"faster than the DRAM floor: the working set ({strict.bytes / 1e6:.1f} MB) fits "
+                                   f"in the last-level cache ({cache_bytes / 1e6:.1f} MB)")
+        else:
+            rec.update({"valid": False, "reason": "step time below the memory floor at measured bandwidth: "
+                                                  "a timing or accounting bug"})

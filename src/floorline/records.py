@@ -1,0 +1,53 @@
+"""Result records: a versioned schema of flat keys, written as JSON lines durably, read back strictly.
+
+Schema history (bump SCHEMA_VERSION when a key changes meaning or goes away; adding keys is compatible):
+  1  first version: one record per measured cell (model x ctx x mode x quant x dtype x device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from floorline.errors import UserError
+
+SCHEMA_VERSION = 1
+
+# Every record has at least these keys (None where not applicable, e.g. floor_ms_peak for a CPU).
+REQUIRED_KEYS = (
+    "schema_version", "run_id", "model", "ctx", "mode", "quant", "dtype", "device", "device_name",
+    "step_ms_median", "step_ms_p90", "samples_ms", "floor_bytes", "floor_ms_peak", "floor_ms_measured",
+    "fraction_of_floor_peak", "fraction_of_floor_measured", "tokens_per_s", "achieved_gbps", "valid", "reason",
+)
+
+
+def append(path: str | os.PathLike, records: list[dict]) -> None:
+    """Append records, one complete line per write, flushed and fsynced: a killed run keeps every finished record."""
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, sort_keys=False, allow_nan=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read(path: str | os.PathLike) -> list[dict]:
+    """Every record of a JSON-lines file; a corrupt line or a newer schema is an error naming file and line."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{n}: not a JSON record ({e.msg}); remove or repair that line") from None
+            v = r.get("schema_version") if isinstance(r, dict) else None
+            if not isinstance(v, int) or v > SCHEMA_VERSION:
+                raise UserError(f"{path}:{n}: schema_version {v!r} is not one this floorline reads "
+                                f"(<= {SCHEMA_VERSION}); upgrade floorline")
+            out.append(r)
+    return out

@@ -1,0 +1,30 @@
+"""Decode runtimes, one file per mode, behind one protocol (base.Runtime): prefill(prompt) then step() per token.
+
+A runtime owns its cache and whatever it captures or compiles; it never times anything (timing.py does) and never
+reads the clock. Every step() is a real next token: greedy argmax on the device, fed back as the next input.
+"""
+
+from floorline.errors import UserError
+from floorline.runtimes.base import Runtime
+from floorline.runtimes.compiled import Compiled
+from floorline.runtimes.eager import Eager
+from floorline.runtimes.graph import Graph
+from floorline.runtimes.static import Static
+
+RUNTIMES: dict[str, type[Runtime]] = {r.name: r for r in (Eager, Static, Graph, Compiled)}
+MODES = tuple(RUNTIMES)
+CPU_MODES = tuple(m for m, r in RUNTIMES.items() if not r.needs_cuda)
+
+
+def modes_for(device_type: str) -> tuple[str, ...]:
+    """What `--mode all` means on this device."""
+    return MODES if device_type == "cuda" else CPU_MODES
+
+
+def get(mode: str, device_type: str) -> type[Runtime]:
+    if mode not in RUNTIMES:
+        raise UserError(f"unknown mode {mode!r}; use one of {', '.join(MODES)} or all")
+    r = RUNTIMES[mode]
+    if r.needs_cuda and device_type != "cuda":
+        raise UserError(f"mode {mode!r} needs a CUDA GPU; on the CPU use {' or '.join(CPU_MODES)}")
+    return r

@@ -1,0 +1,36 @@
+"""`graph`: StaticCache, one decode step captured as a CUDA graph and replayed; the position and the cache length
+advance inside the graph (in-place adds on device tensors), so every replay is the next real token."""
+
+import time
+
+import torch
+
+from floorline.runtimes.base import Runtime
+
+
+class Graph(Runtime):
+    name = "graph"
+    needs_cuda = True
+    static_cache = True
+    prepare_tokens = 2  # warm-up steps on a side stream before capture, as CUDA graphs require
+
+    def prepare(self) -> None:
+        t0 = time.perf_counter()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.prepare_tokens):
+                self._step_body()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step_body()  # recorded, not run: the state does not advance during capture
+        torch.cuda.synchronize()
+        self.prepare_s = time.perf_counter() - t0
+
+    def step(self) -> None:
+        self.graph.replay()
+
+    def close(self) -> None:
+        self.graph = None
+        super().close()

@@ -1,0 +1,27 @@
+"""Summaries of raw samples (numpy). Samples are never dropped; a wide spread is flagged, not hidden."""
+
+from __future__ import annotations
+
+import numpy as np
+
+SPREAD_WARN = 0.10  # (p90 - p10) / median above this gets a warning, as pyperf warns at std >= 10% of the mean
+
+
+def summarize(samples_ms: list[float]) -> dict:
+    x = np.asarray(samples_ms, dtype=float)
+    if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x <= 0):
+        raise ValueError(f"step samples must be finite and > 0, got {samples_ms[:5]}...")
+    p10, p50, p90, p99 = np.percentile(x, [10, 50, 90, 99])
+    return {
+        "step_ms_median": float(p50), "step_ms_p10": float(p10), "step_ms_p90": float(p90),
+        "step_ms_p99": float(p99), "step_ms_mean": float(x.mean()),
+        "step_ms_stdev": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "step_ms_min": float(x.min()), "step_ms_max": float(x.max()),
+    }
+
+
+def spread_warning(s: dict) -> str | None:
+    spread = (s["step_ms_p90"] - s["step_ms_p10"]) / s["step_ms_median"]
+    if spread > SPREAD_WARN:
+        return f"unstable: p90-p10 spread is {spread:.0%} of the median (kept all samples; check for contention)"
+    return None

@@ -1,0 +1,99 @@
+"""What a record says about where it ran: software versions, host, command, and the GPU's state through NVML.
+
+NVML readings are best effort: every reading that the device or driver does not support is None, never a guess.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from floorline import __version__
+
+
+def git_sha() -> str | None:
+    """The commit of the floorline checkout this code runs from, if it runs from one."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    import transformers
+
+    return {
+        "floorline_version": __version__, "git_sha": git_sha(), "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__, "cuda_version": torch.version.cuda,
+        "python_version": platform.python_version(), "host": socket.gethostname(), "cpu_name": cpu_name(),
+        "torch_threads": torch.get_num_threads(),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+    }
+
+
+class Nvml:
+    """NVML handle of a torch CUDA device, matched by UUID (CUDA_VISIBLE_DEVICES renumbers devices, UUIDs stay)."""
+
+    def __init__(self, device: torch.device):
+        self.h = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nv = pynvml
+            uuid = str(torch.cuda.get_device_properties(device).uuid)
+            self.h = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
+        except Exception:  # no driver library, no permission, a MIG slice: records get None
+            self.h = None
+
+    def _get(self, fn, *args):
+        if self.h is None:
+            return None
+        try:
+            return fn(self.h, *args)
+        except Exception:
+            return None
+
+    def driver(self) -> str | None:
+        try:
+            return self.nv.nvmlSystemGetDriverVersion() if self.h is not None else None
+        except Exception:
+            return None
+
+    def snapshot(self) -> dict:
+        nv = getattr(self, "nv", None)
+        if nv is None or self.h is None:
+            return {"sm_clock_mhz": None, "mem_clock_mhz": None, "power_w": None, "temperature_c": None}
+        p = self._get(nv.nvmlDeviceGetPowerUsage)
+        return {
+            "sm_clock_mhz": self._get(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM),
+            "mem_clock_mhz": self._get(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
+            "power_w": None if p is None else p / 1000,
+            "temperature_c": self._get(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
+        }
+
+    def energy_mj(self) -> int | None:
+        """Total energy since driver load, millijoules (Volta and newer); updates about every 100 ms."""
+        nv = getattr(self, "nv", None)
+        return None if nv is None else self._get(nv.nvmlDeviceGetTotalEnergyConsumption)
