@@ -24,6 +24,13 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _int_list(s: str) -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {s!r}") from None
+
+
 # ---------------------------------------------------------------------------------------------------------- models
 def cmd_models(args) -> int:
     from rich.table import Table
@@ -118,7 +125,7 @@ def cmd_run(args) -> int:
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = RunConfig(model=model, ctx=args.ctx, modes=[m.strip() for m in args.mode.split(",") if m.strip()],
+    cfg = RunConfig(model=model, ctxs=args.ctx, modes=[m.strip() for m in args.mode.split(",") if m.strip()],
                     dtype=args.dtype, device=args.device, warmup=args.warmup, steps=args.steps, seed=args.seed,
                     prefill_chunk=args.prefill_chunk)
     done: list[dict] = []
@@ -170,7 +177,8 @@ def build_parser() -> Parser:
     r = sub.add_parser("run", parents=[common], help="measure batch-1 decode against its floor")
     r.add_argument("--model", default=None,
                    help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
-    r.add_argument("--ctx", type=int, default=2048, help="prompt tokens prefilled before decoding (default 2048)")
+    r.add_argument("--ctx", type=_int_list, default=[2048],
+                   help="prompt tokens prefilled before decoding, comma-separated for several (default 2048)")
     r.add_argument("--mode", default="all", help="eager, static, graph, compile, comma-separated, or all (default)")
     r.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
     r.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")

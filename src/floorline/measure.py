@@ -26,12 +26,14 @@ from floorline.timing import time_steps
 ENERGY_WINDOW_S = 2.0  # NVML's energy counter updates about every 100 ms: measure over seconds, not a 30-step window
 ENERGY_MAX_TOKENS = 512  # cache room reserved for the energy window
 SLACK_TOKENS = 8  # cache room for a runtime's prepare steps (graph: 2, compile: 3)
+RESULT_KEYS = ("step_ms_median", "step_ms_p90", "samples_ms", "floor_ms_peak", "floor_ms_measured",
+               "fraction_of_floor_peak", "fraction_of_floor_measured", "tokens_per_s", "achieved_gbps")
 
 
 @dataclass
 class RunConfig:
     model: str
-    ctx: int
+    ctxs: list[int]  # one cell per context x mode; the model is built once
     modes: list[str]
     dtype: str = "bf16"
     device: str = "auto"
@@ -69,23 +71,23 @@ def expand_modes(modes: list[str], device: torch.device) -> list[str]:
     return out
 
 
-def cache_len(cfg: RunConfig, energy: bool) -> int:
-    return cfg.ctx + cfg.warmup + cfg.steps + SLACK_TOKENS + (ENERGY_MAX_TOKENS if energy else 0)
+def cache_len(cfg: RunConfig, ctx: int, energy: bool) -> int:
+    return ctx + cfg.warmup + cfg.steps + SLACK_TOKENS + (ENERGY_MAX_TOKENS if energy else 0)
 
 
 def validate(cfg: RunConfig, a: zoo.Arch) -> None:
     if cfg.dtype not in models.TORCH_DTYPES:
         raise UserError(f"unknown dtype {cfg.dtype!r}; use one of {', '.join(models.TORCH_DTYPES)}")
-    if cfg.ctx <= 0:
-        raise UserError(f"--ctx must be a positive number of tokens, got {cfg.ctx}")
+    if not cfg.ctxs or min(cfg.ctxs) <= 0:
+        raise UserError(f"--ctx must be positive numbers of tokens, got {cfg.ctxs}")
     if cfg.steps < 2 or cfg.warmup < 0:
         raise UserError(f"need --steps >= 2 and --warmup >= 0, got {cfg.steps} and {cfg.warmup}")
     if cfg.prefill_chunk <= 0:
         raise UserError(f"--prefill-chunk must be positive, got {cfg.prefill_chunk}")
-    need = cfg.ctx + cfg.warmup + cfg.steps + SLACK_TOKENS
-    if need > a.max_pos:
-        raise UserError(f"--ctx {cfg.ctx} + {cfg.warmup + cfg.steps + SLACK_TOKENS} decode tokens passes {a.name}'s "
-                        f"max position {a.max_pos}; use --ctx {a.max_pos - need + cfg.ctx} or less")
+    decode = cfg.warmup + cfg.steps + SLACK_TOKENS
+    if max(cfg.ctxs) + decode > a.max_pos:
+        raise UserError(f"--ctx {max(cfg.ctxs)} + {decode} decode tokens passes {a.name}'s max position "
+                        f"{a.max_pos}; use --ctx {a.max_pos - decode} or less")
 
 
 def _cache_bytes(device: torch.device) -> int:
@@ -115,34 +117,28 @@ def _device_info(device: torch.device) -> dict:
 
 def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
                   debug: bool = False) -> Iterator[dict]:
-    """One record per mode, yielded as each finishes."""
+    """One record per context x mode, yielded as each finishes."""
     a = zoo.resolve(cfg.model)
     device = resolve_device(cfg.device)
     modes = expand_modes(cfg.modes, device)
     validate(cfg, a)
     nvml = system.Nvml(device) if device.type == "cuda" else None
     energy = nvml is not None and nvml.energy_mj() is not None
-    max_len = cache_len(cfg, energy)
-
     fmt = floor.weight_format(cfg.dtype)
-    strict = floor.floor(a, cfg.ctx, fmt, "strict")
-    paper = floor.floor(a, cfg.ctx, fmt, "paper")
-    weight_bytes = paper.bytes - paper.components["kv_read"]  # every parameter byte
-    models.check_fits(a, device, weight_bytes, max_len * floor.kv_bytes_per_token(a, fmt.dense_bytes))
+    kv_token = floor.kv_bytes_per_token(a, fmt.dense_bytes)
+    weight_bytes = floor.parameter_count(a) * fmt.dense_bytes
+    models.check_fits(a, device, weight_bytes, cache_len(cfg, max(cfg.ctxs), energy) * kv_token)
 
-    base = {"schema_version": SCHEMA_VERSION, "model": a.name, "model_path": a.path, "ctx": cfg.ctx,
-            "quant": cfg.quant, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
-            "prefill_chunk": cfg.prefill_chunk, "max_cache_len": max_len, "attn_implementation": "sdpa"}
+    base = {"schema_version": SCHEMA_VERSION, "model": a.name, "model_path": a.path, "quant": cfg.quant,
+            "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
+            "prefill_chunk": cfg.prefill_chunk, "attn_implementation": "sdpa", "floor_convention": "strict"}
     base.update(_device_info(device))
     base.update(system.environment())
     if nvml is not None:
         base["driver_version"] = nvml.driver()
 
     log(f"measuring copy bandwidth on {device}")
-    measured_gbps, bw_samples = bandwidth.copy_bandwidth(device)
-    base.update({"measured_gbps": measured_gbps, "bw_samples_gbps": bw_samples, "floor_convention": "strict",
-                 "floor_bytes": strict.bytes, "paper_floor_bytes": paper.bytes})
-    base.update({f"floor_bytes_{k}": v for k, v in strict.components.items()})
+    base["measured_gbps"], base["bw_samples_gbps"] = bandwidth.copy_bandwidth(device)
 
     log(f"building {a.name} ({'local weights' if a.path else 'random weights'}, {cfg.dtype}) on {device}")
     torch.manual_seed(cfg.seed)
@@ -154,31 +150,35 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
     if n_params != floor.parameter_count(a):
         warnings.append(f"the loaded model has {n_params} parameters, the accounting {floor.parameter_count(a)}")
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    prompt = torch.randint(0, a.vocab, (1, cfg.ctx), generator=gen, device=device)
+    prompt = torch.randint(0, a.vocab, (1, max(cfg.ctxs)), generator=gen, device=device)  # random, never zeros
 
     try:
-        for mode in modes:
-            rec = {**base, "run_id": uuid.uuid4().hex, "mode": mode, "warnings": list(warnings)}
-            try:
-                rec.update(_measure_mode(model, mode, prompt, cfg, max_len, device, nvml, energy, log))
-                _judge(rec, strict, paper, _cache_bytes(device))
-            except torch.OutOfMemoryError:
-                raise UserError(
-                    f"out of memory in mode {mode}: {a.name} at ctx {cfg.ctx} needs about "
-                    f"{(weight_bytes + max_len * floor.kv_bytes_per_token(a, fmt.dense_bytes)) / 1e9:.2f} GB of "
-                    f"weights + KV, {models.free_bytes(device) / 1e9:.2f} GB free now; use a smaller model or --ctx"
-                ) from None
-            except UserError:
-                raise
-            except Exception as e:  # a crashed mode is recorded invalid; the other modes still run
-                if debug:
-                    traceback.print_exc()
-                msg = (str(e).strip().splitlines() or [""])[0][:300]
-                rec.update({"valid": False, "reason": f"crash: {type(e).__name__}: {msg}"})
-                for k in ("step_ms_median", "step_ms_p90", "samples_ms", "floor_ms_peak", "floor_ms_measured",
-                          "fraction_of_floor_peak", "fraction_of_floor_measured", "tokens_per_s", "achieved_gbps"):
-                    rec.setdefault(k, None)
-            yield rec
+        for ctx in cfg.ctxs:
+            strict = floor.floor(a, ctx, fmt, "strict")
+            paper = floor.floor(a, ctx, fmt, "paper")
+            max_len = cache_len(cfg, ctx, energy)
+            cell = {**base, "ctx": ctx, "max_cache_len": max_len, "floor_bytes": strict.bytes,
+                    "paper_floor_bytes": paper.bytes, **{f"floor_bytes_{k}": v for k, v in strict.components.items()}}
+            for mode in modes:
+                rec = {**cell, "run_id": uuid.uuid4().hex, "mode": mode, "warnings": list(warnings)}
+                try:
+                    rec.update(_measure_mode(model, mode, prompt[:, :ctx], cfg, max_len, device, nvml, energy, log))
+                    _judge(rec, strict, paper, _cache_bytes(device))
+                except torch.OutOfMemoryError:
+                    raise UserError(
+                        f"out of memory in mode {mode}: {a.name} at ctx {ctx} needs about "
+                        f"{(weight_bytes + max_len * kv_token) / 1e9:.2f} GB of weights + KV, "
+                        f"{models.free_bytes(device) / 1e9:.2f} GB free now; use a smaller model or --ctx") from None
+                except UserError:
+                    raise
+                except Exception as e:  # a crashed mode is recorded invalid; the other modes still run
+                    if debug:
+                        traceback.print_exc()
+                    msg = (str(e).strip().splitlines() or [""])[0][:300]
+                    rec.update({"valid": False, "reason": f"crash: {type(e).__name__}: {msg}"})
+                    for k in RESULT_KEYS:
+                        rec.setdefault(k, None)
+                yield rec
     finally:
         del model
         gc.collect()
@@ -195,7 +195,7 @@ def _measure_mode(model, mode, prompt, cfg: RunConfig, max_len, device, nvml, en
     out: dict = {}
     try:
         with torch.inference_mode():
-            log(f"{mode}: prefill {cfg.ctx} tokens")
+            log(f"{mode}: prefill {prompt.shape[1]} tokens")
             t0 = time.perf_counter()
             rt.prefill(prompt, cfg.prefill_chunk)
             if cuda:

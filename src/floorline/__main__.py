@@ -1,0 +1,5 @@
+import sys
+
+from floorline.cli import main
+
+sys.exit(main())
