@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from rich.console import Console
 
 from floorline import __version__
 from floorline.errors import UserError
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # silence kineto's start/stop lines in `explain`; read when torch loads
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)  # piped: no truncated tables
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
@@ -115,27 +118,34 @@ def cmd_floor(args) -> int:
 
 
 # ------------------------------------------------------------------------------------------------------------- run
-def cmd_run(args) -> int:
-    import torch
-
-    from floorline import display, records, zoo
-    from floorline.measure import RunConfig, measure_cells, resolve_device
+def _run_config(args, modes: list[str]):
+    from floorline import zoo
+    from floorline.measure import RunConfig, resolve_device
 
     device = resolve_device(args.device)
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
-    if args.threads:
+    if getattr(args, "threads", 0):
+        import torch
+
         torch.set_num_threads(args.threads)
-    cfg = RunConfig(model=model, ctxs=args.ctx, modes=[m.strip() for m in args.mode.split(",") if m.strip()],
-                    dtype=args.dtype, device=args.device, warmup=args.warmup, steps=args.steps, seed=args.seed,
-                    prefill_chunk=args.prefill_chunk)
+    return RunConfig(model=model, ctxs=args.ctx, modes=modes, dtype=args.dtype, device=args.device,
+                     warmup=args.warmup, steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk,
+                     attn=args.attn)
+
+
+def cmd_run(args) -> int:
+    from floorline import display, records
+    from floorline.measure import measure_cells
+
+    cfg = _run_config(args, [m.strip() for m in args.mode.split(",") if m.strip()])
     done: list[dict] = []
-    with err.status(f"floorline run {model}") as status:
+    with err.status(f"floorline run {cfg.model}") as status:
         for rec in measure_cells(cfg, log=lambda s: status.update(s), debug=args.debug):
             done.append(rec)
             if args.output:
                 records.append(args.output, [rec])
-            if args.format == "table":
-                err.print(f"done: {rec['mode']}")
+            if rec.get("step_ms_median") is not None:
+                err.print(f"done: {rec['model']} ctx {rec['ctx']} {rec['mode']}: {rec['step_ms_median']:.3f} ms/step")
     if args.format == "json":
         out.print_json(json.dumps(done))
     elif args.format == "csv":
@@ -151,6 +161,76 @@ def cmd_run(args) -> int:
     return 1 if any(str(r.get("reason") or "").startswith("crash") for r in done) else 0  # a mode crashed
 
 
+# -------------------------------------------------------------------------------------------------------------- ab
+def cmd_ab(args) -> int:
+    from rich.table import Table
+
+    from floorline import ab
+
+    if len(args.ctx) != 1:
+        raise UserError("ab takes one --ctx; run one A/B per context")
+    cfg = ab.ABConfig(base=_run_config(args, []), a=ab.parse_arm(args.a, args.dtype, args.attn),
+                      b=ab.parse_arm(args.b, args.dtype, args.attn), sessions=args.sessions,
+                      resamples=args.resamples, timeout_s=args.timeout)
+    with err.status("floorline ab") as status:
+        s = ab.run_ab(cfg, args.output, log=lambda m: status.update(m))
+    t = Table(title=f"{s['model']} ctx {s['ctx']} on {s['device_name']}: A = {s['arm_a']}, B = {s['arm_b']}, "
+                    f"{s['steps']} timed steps per arm per session")
+    for h in ("session", "order", "A median ms", "B median ms", "A/B"):
+        t.add_column(h, justify="right")
+    for i, sess in enumerate(s["sessions"]):
+        t.add_row(str(sess), s["orders"][i], f"{s['median_ms_a'][i]:.3f}", f"{s['median_ms_b'][i]:.3f}",
+                  f"{s['ratios'][i]:.3f}")
+    out.print(t)
+    glo, ghi = s["ratio_gmean_ci95"]
+    out.print(ab.headline(s))
+    out.print(f"geometric mean {s['ratio_gmean']:.3f}x" + (f" [{glo:.3f}, {ghi:.3f}]" if glo is not None else "")
+              + f"; 95% percentile bootstrap, {s['bootstrap_resamples']} resamples, seed {s['seed']}")
+    for f in s["failed_sessions"]:
+        err.print(f"failed: {f}")
+    err.print(f"sessions and summary appended to {args.output}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------------- explain
+def cmd_explain(args) -> int:
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from floorline import explain, records
+
+    cfg = _run_config(args, [m.strip() for m in args.mode.split(",") if m.strip()])
+    with err.status("floorline explain") as status:
+        rows = explain.explain(cfg, args.profile_steps, log=lambda m: status.update(m))
+    r0 = rows[0]
+    t = Table(title=f"{r0['model']} on {r0['device_name']}: one decode step, {r0['measured_gbps']:.0f} GB/s "
+                    f"measured copy (busy = {r0['busy_is']})")
+    for h in ("ctx", "mode", "wall ms", "busy ms", "floor ms", "kernel excess ms", "idle gaps ms", "kernels/step",
+              "host enqueue ms", "attention ms", "attention GB/s"):
+        t.add_column(h, justify="left" if h == "mode" else "right")
+    for r in rows:
+        t.add_row(str(r["ctx"]), r["mode"], f"{r['wall_ms']:.3f}", f"{r['gpu_busy_ms']:.3f}",
+                  f"{r['floor_ms_measured']:.3f}", f"{r['kernel_excess_ms']:.3f}", f"{r['idle_gaps_ms']:.3f}",
+                  f"{r['kernels_per_step']:.0f}", f"{r['host_enqueue_ms']:.3f}", f"{r['attention_ms']:.3f}",
+                  f"{r['attention_gbps']:.0f}" if r["attention_gbps"] else "-")
+    out.print(t)
+    for r in rows:
+        k = Table(title=f"top kernels, {r['mode']} ctx {r['ctx']}")
+        for h in ("kernel", "ms/step", "calls/step", "share"):
+            k.add_column(h, justify="left" if h == "kernel" else "right")
+        for x in r["top_kernels"]:
+            k.add_row(x["name"][:90], f"{x['ms_per_step']:.3f}", f"{x['calls_per_step']:.0f}", f"{x['share']:.1%}")
+        out.print(k)
+    d = Path(args.out)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "explain.jsonl").unlink(missing_ok=True)
+    records.append(d / "explain.jsonl", rows)
+    explain.stacked_bar_png(rows, str(d / "explain.png"))
+    err.print(f"wrote {d / 'explain.jsonl'} and {d / 'explain.png'}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------------------ main
 def build_parser() -> Parser:
     common = argparse.ArgumentParser(add_help=False)
@@ -159,6 +239,21 @@ def build_parser() -> Parser:
                parents=[common])
     p.add_argument("--version", action="version", version=f"floorline {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+
+    # the options of one measured cell, shared by run, ab and explain
+    cell = argparse.ArgumentParser(add_help=False)
+    cell.add_argument("--model", default=None,
+                      help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
+    cell.add_argument("--ctx", type=_int_list, default=[2048],
+                      help="prompt tokens prefilled before decoding, comma-separated for several (default 2048)")
+    cell.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
+    cell.add_argument("--attn", default="sdpa", help="attention implementation: sdpa (default) or eager")
+    cell.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    cell.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
+    cell.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
+    cell.add_argument("--seed", type=int, default=0)
+    cell.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
+    cell.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
 
     sub.add_parser("models", parents=[common], help="list the embedded models").set_defaults(fn=cmd_models)
     sub.add_parser("specs", parents=[common], help="list the GPU spec table").set_defaults(fn=cmd_specs)
@@ -174,22 +269,26 @@ def build_parser() -> Parser:
     f.add_argument("--format", choices=["table", "json"], default="table")
     f.set_defaults(fn=cmd_floor)
 
-    r = sub.add_parser("run", parents=[common], help="measure batch-1 decode against its floor")
-    r.add_argument("--model", default=None,
-                   help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
-    r.add_argument("--ctx", type=_int_list, default=[2048],
-                   help="prompt tokens prefilled before decoding, comma-separated for several (default 2048)")
+    r = sub.add_parser("run", parents=[common, cell], help="measure batch-1 decode against its floor")
     r.add_argument("--mode", default="all", help="eager, static, graph, compile, comma-separated, or all (default)")
-    r.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
-    r.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    r.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
-    r.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
-    r.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
     r.add_argument("--output", help="append the records to this JSON-lines file")
     r.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
     r.set_defaults(fn=cmd_run)
+
+    b = sub.add_parser("ab", parents=[common, cell], help="A/B of two configurations over fresh sessions")
+    b.add_argument("--a", required=True, help="arm A: a mode, or mode=M,dtype=D,attn=sdpa|eager (e.g. eager)")
+    b.add_argument("--b", required=True, help="arm B, same form (e.g. graph)")
+    b.add_argument("--sessions", type=int, default=10, help="fresh processes, each running both arms (default 10)")
+    b.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    b.add_argument("--timeout", type=float, default=1800, help="seconds per session before it is killed")
+    b.add_argument("--output", default="ab.jsonl", help="JSON-lines file for sessions + summary; resumes (ab.jsonl)")
+    b.set_defaults(fn=cmd_ab)
+
+    e = sub.add_parser("explain", parents=[common, cell], help="profile a few steps: where the gap to the floor goes")
+    e.add_argument("--mode", default="all", help="modes to compare side by side, comma-separated, or all")
+    e.add_argument("--profile-steps", type=int, default=5, help="steps under the profiler (default 5)")
+    e.add_argument("--out", default="explain", help="folder for explain.jsonl and explain.png (default ./explain)")
+    e.set_defaults(fn=cmd_explain)
     return p
 
 

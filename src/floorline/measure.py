@@ -42,6 +42,8 @@ class RunConfig:
     seed: int = 0
     prefill_chunk: int = 1024
     quant: str = "none"
+    attn: str = "sdpa"  # transformers attention implementation: sdpa or eager
+    energy: bool = True  # the ~2 s NVML energy window after the timed steps (GPU only)
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -82,6 +84,8 @@ def validate(cfg: RunConfig, a: zoo.Arch) -> None:
         raise UserError(f"--ctx must be positive numbers of tokens, got {cfg.ctxs}")
     if cfg.steps < 2 or cfg.warmup < 0:
         raise UserError(f"need --steps >= 2 and --warmup >= 0, got {cfg.steps} and {cfg.warmup}")
+    if cfg.attn not in models.ATTN_IMPLEMENTATIONS:
+        raise UserError(f"unknown attention {cfg.attn!r}; use one of {', '.join(models.ATTN_IMPLEMENTATIONS)}")
     if cfg.prefill_chunk <= 0:
         raise UserError(f"--prefill-chunk must be positive, got {cfg.prefill_chunk}")
     decode = cfg.warmup + cfg.steps + SLACK_TOKENS
@@ -115,23 +119,52 @@ def _device_info(device: torch.device) -> dict:
             "peak_gbps": spec.peak_gbps if spec else None, "peak_source": spec.source if spec else None}
 
 
-def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
-                  debug: bool = False) -> Iterator[dict]:
-    """One record per context x mode, yielded as each finishes."""
+@dataclass
+class Session:
+    """What every cell of one process shares: the resolved inputs, the measured bandwidth, the built model."""
+
+    cfg: RunConfig
+    arch: zoo.Arch
+    device: torch.device
+    modes: list[str]
+    nvml: system.Nvml | None
+    energy: bool
+    fmt: floor.WeightFormat
+    base: dict  # the record keys common to every cell
+    model: torch.nn.Module
+    prompt: torch.Tensor  # (1, max ctx) random token ids
+
+    @property
+    def kv_token_bytes(self) -> int:
+        return floor.kv_bytes_per_token(self.arch, self.fmt.dense_bytes)
+
+    @property
+    def weight_bytes(self) -> int:
+        return floor.parameter_count(self.arch) * self.fmt.dense_bytes
+
+    def close(self) -> None:
+        self.model = self.prompt = None
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) -> Session:
+    """Validate, check memory, measure the copy bandwidth, build the model and the prompt."""
     a = zoo.resolve(cfg.model)
     device = resolve_device(cfg.device)
     modes = expand_modes(cfg.modes, device)
     validate(cfg, a)
     nvml = system.Nvml(device) if device.type == "cuda" else None
-    energy = nvml is not None and nvml.energy_mj() is not None
+    energy = cfg.energy and nvml is not None and nvml.energy_mj() is not None
     fmt = floor.weight_format(cfg.dtype)
-    kv_token = floor.kv_bytes_per_token(a, fmt.dense_bytes)
     weight_bytes = floor.parameter_count(a) * fmt.dense_bytes
-    models.check_fits(a, device, weight_bytes, cache_len(cfg, max(cfg.ctxs), energy) * kv_token)
+    models.check_fits(a, device, weight_bytes,
+                      cache_len(cfg, max(cfg.ctxs), energy) * floor.kv_bytes_per_token(a, fmt.dense_bytes))
 
-    base = {"schema_version": SCHEMA_VERSION, "model": a.name, "model_path": a.path, "quant": cfg.quant,
-            "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
-            "prefill_chunk": cfg.prefill_chunk, "attn_implementation": "sdpa", "floor_convention": "strict"}
+    base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "model": a.name, "model_path": a.path,
+            "quant": cfg.quant, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
+            "prefill_chunk": cfg.prefill_chunk, "attn_implementation": cfg.attn, "floor_convention": "strict"}
     base.update(_device_info(device))
     base.update(system.environment())
     if nvml is not None:
@@ -143,31 +176,38 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
     log(f"building {a.name} ({'local weights' if a.path else 'random weights'}, {cfg.dtype}) on {device}")
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
-    model = models.build(a, device, cfg.dtype, cfg.seed)
+    model = models.build(a, device, cfg.dtype, cfg.seed, cfg.attn)
     base["build_s"] = time.perf_counter() - t0
-    warnings = []
+    base["warnings"] = []
     n_params = sum(p.numel() for p in model.parameters())
     if n_params != floor.parameter_count(a):
-        warnings.append(f"the loaded model has {n_params} parameters, the accounting {floor.parameter_count(a)}")
+        base["warnings"].append(f"the loaded model has {n_params} parameters, the accounting {floor.parameter_count(a)}")
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     prompt = torch.randint(0, a.vocab, (1, max(cfg.ctxs)), generator=gen, device=device)  # random, never zeros
+    return Session(cfg, a, device, modes, nvml, energy, fmt, base, model, prompt)
 
+
+def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
+                  debug: bool = False) -> Iterator[dict]:
+    """One record per context x mode, yielded as each finishes."""
+    ses = open_session(cfg, log)
+    a, device, base, fmt = ses.arch, ses.device, ses.base, ses.fmt
     try:
         for ctx in cfg.ctxs:
             strict = floor.floor(a, ctx, fmt, "strict")
             paper = floor.floor(a, ctx, fmt, "paper")
-            max_len = cache_len(cfg, ctx, energy)
+            max_len = cache_len(cfg, ctx, ses.energy)
             cell = {**base, "ctx": ctx, "max_cache_len": max_len, "floor_bytes": strict.bytes,
                     "paper_floor_bytes": paper.bytes, **{f"floor_bytes_{k}": v for k, v in strict.components.items()}}
-            for mode in modes:
-                rec = {**cell, "run_id": uuid.uuid4().hex, "mode": mode, "warnings": list(warnings)}
+            for mode in ses.modes:
+                rec = {**cell, "run_id": uuid.uuid4().hex, "mode": mode, "warnings": list(base["warnings"])}
                 try:
-                    rec.update(_measure_mode(model, mode, prompt[:, :ctx], cfg, max_len, device, nvml, energy, log))
+                    rec.update(_measure_mode(ses, mode, ctx, max_len, log))
                     _judge(rec, strict, paper, _cache_bytes(device))
                 except torch.OutOfMemoryError:
                     raise UserError(
                         f"out of memory in mode {mode}: {a.name} at ctx {ctx} needs about "
-                        f"{(weight_bytes + max_len * kv_token) / 1e9:.2f} GB of weights + KV, "
+                        f"{(ses.weight_bytes + max_len * ses.kv_token_bytes) / 1e9:.2f} GB of weights + KV, "
                         f"{models.free_bytes(device) / 1e9:.2f} GB free now; use a smaller model or --ctx") from None
                 except UserError:
                     raise
@@ -180,51 +220,58 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
                         rec.setdefault(k, None)
                 yield rec
     finally:
-        del model
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        ses.close()
 
 
-def _measure_mode(model, mode, prompt, cfg: RunConfig, max_len, device, nvml, energy, log) -> dict:
-    cuda = device.type == "cuda"
+def start_runtime(ses: Session, mode: str, ctx: int, max_len: int, log: Callable[[str], None]):
+    """A runtime with the prompt prefilled, prepared (captured / compiled) and warmed up: ready to time.
+    Returns (runtime, prefill seconds)."""
+    cuda = ses.device.type == "cuda"
+    rt = runtimes.get(mode, ses.device.type)(ses.model, max_len)
+    log(f"{mode}: prefill {ctx} tokens")
+    t0 = time.perf_counter()
+    rt.prefill(ses.prompt[:, :ctx], ses.cfg.prefill_chunk)
     if cuda:
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats(device)
-    rt = runtimes.get(mode, device.type)(model, max_len)
+    prefill_s = time.perf_counter() - t0
+    if rt.prepare_tokens:
+        log(f"{mode}: {'capturing the CUDA graph' if mode == 'graph' else 'compiling'}")
+    rt.prepare()
+    log(f"{mode}: {ses.cfg.warmup} warm-up steps")
+    for _ in range(ses.cfg.warmup):
+        rt.step()
+    if cuda:
+        torch.cuda.synchronize()
+    return rt, prefill_s
+
+
+def _measure_mode(ses: Session, mode: str, ctx: int, max_len: int, log) -> dict:
+    cuda, nvml = ses.device.type == "cuda", ses.nvml
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(ses.device)
     out: dict = {}
+    rt = None
     try:
         with torch.inference_mode():
-            log(f"{mode}: prefill {prompt.shape[1]} tokens")
-            t0 = time.perf_counter()
-            rt.prefill(prompt, cfg.prefill_chunk)
-            if cuda:
-                torch.cuda.synchronize()
-            out["prefill_s"] = time.perf_counter() - t0
-            if rt.prepare_tokens:
-                log(f"{mode}: {'capturing the CUDA graph' if mode == 'graph' else 'compiling'}")
-            rt.prepare()
-            out["prepare_s"] = rt.prepare_s
-            out["prepare_tokens"] = rt.prepare_tokens
-            log(f"{mode}: {cfg.warmup} warm-up + {cfg.steps} timed steps")
-            for _ in range(cfg.warmup):
-                rt.step()
-            if cuda:
-                torch.cuda.synchronize()
+            rt, out["prefill_s"] = start_runtime(ses, mode, ctx, max_len, log)
+            out.update({"prepare_s": rt.prepare_s, "prepare_tokens": rt.prepare_tokens})
+            log(f"{mode}: {ses.cfg.steps} timed steps")
             before = nvml.snapshot() if nvml else {}
-            samples = time_steps(rt.step, cfg.steps, device)  # the timed region
+            samples = time_steps(rt.step, ses.cfg.steps, ses.device)  # the timed region
             after = nvml.snapshot() if nvml else {}
             s = stats.summarize(samples)
-            if energy:
+            if ses.energy:
                 log(f"{mode}: energy window")
                 out.update(_energy_window(rt, nvml, s["step_ms_median"]))
             out["position_end"] = int(rt.pos.item())
     finally:
-        rt.close()
+        if rt is not None:
+            rt.close()
         del rt
         gc.collect()
         if cuda:
-            out["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+            out["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(ses.device)
             torch.cuda.empty_cache()
     out.update(s)
     out["samples_ms"] = samples

@@ -12,10 +12,11 @@ from floorline.errors import UserError
 from floorline.zoo import Arch
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")  # transformers' names: PyTorch SDPA, or plain matmul + softmax
 
 
-def hf_config(a: Arch, dtype: str = "bf16"):
-    """The transformers config of an embedded architecture (SDPA attention)."""
+def hf_config(a: Arch, dtype: str = "bf16", attn: str = "sdpa"):
+    """The transformers config of an embedded architecture."""
     from transformers import LlamaConfig, MistralConfig, Qwen2Config
 
     rope = {"rope_type": "default", "rope_theta": a.rope_theta}
@@ -33,7 +34,7 @@ def hf_config(a: Arch, dtype: str = "bf16"):
         cfg = MistralConfig(**common, sliding_window=None)  # v0.3 has none; the class default (4096) is wrong
     else:
         cfg = LlamaConfig(**common, attention_bias=a.qkv_bias)
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attn
     cfg.dtype = TORCH_DTYPES[dtype]
     return cfg
 
@@ -52,14 +53,15 @@ def _fill_random_(model: torch.nn.Module, seed: int) -> None:
             p.normal_(0.0, 0.02, generator=gen)
 
 
-def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0) -> torch.nn.Module:
+def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0,
+                 attn: str = "sdpa") -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    cfg = hf_config(a, dtype)
+    cfg = hf_config(a, dtype, attn)
     # Allocate on the target device in the target dtype and skip transformers' own init: we fill once, seeded.
     with torch.device(device), no_init_weights():
-        model = AutoModelForCausalLM.from_config(cfg, dtype=TORCH_DTYPES[dtype], attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_config(cfg, dtype=TORCH_DTYPES[dtype], attn_implementation=attn)
     if a.tied:
         model.tie_weights()
     with torch.no_grad():
@@ -67,14 +69,14 @@ def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int =
     return model.eval().requires_grad_(False)
 
 
-def load_local(a: Arch, device: torch.device, dtype: str = "bf16") -> torch.nn.Module:
+def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "sdpa") -> torch.nn.Module:
     """A local directory's config.json + *.safetensors; never pickle, never remote code."""
     from transformers import AutoModelForCausalLM
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
             a.path, dtype=TORCH_DTYPES[dtype], use_safetensors=True, local_files_only=True,
-            trust_remote_code=False, attn_implementation="sdpa", device_map=str(device),
+            trust_remote_code=False, attn_implementation=attn, device_map=str(device),
         )
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -82,8 +84,8 @@ def load_local(a: Arch, device: torch.device, dtype: str = "bf16") -> torch.nn.M
     return model.eval().requires_grad_(False)
 
 
-def build(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0) -> torch.nn.Module:
-    return load_local(a, device, dtype) if a.path else build_random(a, device, dtype, seed)
+def build(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0, attn: str = "sdpa") -> torch.nn.Module:
+    return load_local(a, device, dtype, attn) if a.path else build_random(a, device, dtype, seed, attn)
 
 
 def free_bytes(device: torch.device) -> int:

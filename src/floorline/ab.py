@@ -1,0 +1,167 @@
+"""The A/B experiment: two run configurations over N fresh sessions, a ratio per session, bootstrap intervals.
+
+A session is one fresh process (launcher.run_fresh) that builds the model once and runs both arms on it, in A-B order
+on even sessions and B-A on odd ones, so drift does not favour one arm. Per session: ratio = median_A / median_B
+(> 1: B is faster). Summary: mean and geometric-mean ratio, each with a 95% percentile bootstrap interval (scipy).
+Every session's records go to the output file as it finishes; a rerun with the same experiment resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import uuid
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from floorline import records, stats
+from floorline.errors import UserError
+from floorline.launcher import run_fresh
+from floorline.measure import RunConfig
+from floorline.models import ATTN_IMPLEMENTATIONS, TORCH_DTYPES
+from floorline.runtimes import MODES
+
+
+@dataclass(frozen=True)
+class Arm:
+    mode: str
+    dtype: str
+    attn: str
+
+    @property
+    def label(self) -> str:
+        return "/".join([self.mode] + ([self.dtype] if self.dtype != "bf16" else [])
+                        + ([f"attn={self.attn}"] if self.attn != "sdpa" else []))
+
+
+def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa") -> Arm:
+    """'graph', or 'mode=graph,dtype=fp16,attn=eager' (a bare word is the mode)."""
+    fields = {"mode": None, "dtype": dtype, "attn": attn}
+    for part in [p.strip() for p in spec.split(",") if p.strip()]:
+        k, _, v = part.partition("=") if "=" in part else ("mode", "", part)
+        if k == "quant":
+            raise UserError(f"arm {spec!r}: quantised backends are not in this floorline yet; compare modes, "
+                            f"dtypes or attention implementations")
+        if k not in fields:
+            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype= or attn=")
+        fields[k] = v
+    arm = Arm(**fields)
+    if arm.mode not in MODES:
+        raise UserError(f"arm {spec!r}: give a mode, one of {', '.join(MODES)}")
+    if arm.dtype not in TORCH_DTYPES:
+        raise UserError(f"arm {spec!r}: unknown dtype {arm.dtype!r}; use one of {', '.join(TORCH_DTYPES)}")
+    if arm.attn not in ATTN_IMPLEMENTATIONS:
+        raise UserError(f"arm {spec!r}: unknown attention {arm.attn!r}; use one of {', '.join(ATTN_IMPLEMENTATIONS)}")
+    return arm
+
+
+@dataclass
+class ABConfig:
+    base: RunConfig  # model, ctx, device, warmup, steps, seed; its modes/dtype/attn are replaced by each arm's
+    a: Arm
+    b: Arm
+    sessions: int = 10
+    resamples: int = 10_000
+    timeout_s: float | None = 1800
+
+    def key(self) -> str:
+        """Identifies the experiment in an output file: the same key resumes, another starts afresh."""
+        d = {"base": asdict(self.base), "a": asdict(self.a), "b": asdict(self.b)}
+        for k in ("modes", "dtype", "attn"):
+            d["base"].pop(k)
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def session_configs(cfg: ABConfig, first: Arm, second: Arm) -> list[RunConfig]:
+    """One RunConfig (one model build) when the arms differ only by mode; otherwise one per arm."""
+    base = replace(cfg.base, energy=False)  # the energy window would only lengthen each session
+    if (first.dtype, first.attn) == (second.dtype, second.attn):
+        return [replace(base, modes=[first.mode, second.mode], dtype=first.dtype, attn=first.attn)]
+    return [replace(base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn) for arm in (first, second)]
+
+
+def _arm_of(rec: dict, cfg: ABConfig) -> str | None:
+    for name, arm in (("A", cfg.a), ("B", cfg.b)):
+        if (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation")) == (arm.mode, arm.dtype, arm.attn):
+            return name
+    return None
+
+
+def completed_sessions(recs: list[dict], key: str) -> dict[int, dict[str, dict]]:
+    """session -> {"A": record, "B": record} for sessions of this experiment with both arms valid."""
+    by: dict[int, dict[str, dict]] = {}
+    for r in recs:
+        if r.get("kind") == "cell" and r.get("ab_key") == key and r.get("valid"):
+            by.setdefault(r["ab_session"], {})[r["ab_arm"]] = r
+    return {s: d for s, d in by.items() if set(d) == {"A", "B"}}
+
+
+def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: None) -> dict:
+    if cfg.a == cfg.b:
+        raise UserError("--a and --b are the same configuration; give two different arms")
+    if cfg.sessions < 1:
+        raise UserError(f"--sessions must be >= 1, got {cfg.sessions}")
+    key = cfg.key()
+    have = records.read(output) if Path(output).exists() else []
+    done = completed_sessions(have, key)
+    if done:
+        log(f"resuming: {len(done)} of {cfg.sessions} sessions already in {output}")
+    failures = []
+    for s in range(cfg.sessions):
+        if s in done:
+            continue
+        order = (cfg.a, cfg.b) if s % 2 == 0 else (cfg.b, cfg.a)
+        order_tag = "A-B" if s % 2 == 0 else "B-A"
+        log(f"session {s + 1}/{cfg.sessions} ({order_tag}): fresh process")
+        recs, why = run_fresh(session_configs(cfg, *order), timeout_s=cfg.timeout_s,
+                              tags={"ab_key": key, "ab_session": s, "ab_order": order_tag})
+        for r in recs:
+            r["ab_arm"] = _arm_of(r, cfg)
+        records.append(output, recs)
+        got = completed_sessions(recs, key)
+        if s in got:
+            done[s] = got[s]
+        else:
+            reasons = [r.get("reason") for r in recs if not r.get("valid")]
+            failures.append(f"session {s}: {why or '; '.join(map(str, reasons)) or 'no records'}")
+            log(f"session {s + 1} failed: {failures[-1]}")
+    if not done:
+        raise UserError(f"no session finished both arms ({'; '.join(failures)[:400]}); try `floorline run` with "
+                        f"the same options to see the error")
+    summary = summarize(cfg, key, done, failures)
+    records.append(output, [summary])
+    return summary
+
+
+def summarize(cfg: ABConfig, key: str, done: dict[int, dict[str, dict]], failures: list[str]) -> dict:
+    sessions = sorted(done)
+    med_a = [done[s]["A"]["step_ms_median"] for s in sessions]
+    med_b = [done[s]["B"]["step_ms_median"] for s in sessions]
+    ratios = [a / b for a, b in zip(med_a, med_b)]
+    mean, mean_lo, mean_hi = stats.bootstrap_ci(ratios, "mean", cfg.resamples, cfg.base.seed)
+    gm, gm_lo, gm_hi = stats.bootstrap_ci(ratios, "gmean", cfg.resamples, cfg.base.seed)
+    r0 = done[sessions[0]]["A"]
+    return {
+        "schema_version": records.SCHEMA_VERSION, "kind": "ab_summary", "run_id": uuid.uuid4().hex, "ab_key": key,
+        "model": r0["model"], "ctx": r0["ctx"], "device_name": r0["device_name"], "device": r0["device"],
+        "arm_a": cfg.a.label, "arm_b": cfg.b.label, "arm_a_config": asdict(cfg.a), "arm_b_config": asdict(cfg.b),
+        "steps": cfg.base.steps, "warmup": cfg.base.warmup, "seed": cfg.base.seed,
+        "n_sessions": len(sessions), "sessions_asked": cfg.sessions, "failed_sessions": failures,
+        "sessions": sessions, "orders": [done[s]["A"]["ab_order"] for s in sessions],
+        "median_ms_a": med_a, "median_ms_b": med_b, "ratios": ratios,
+        "ratio_mean": mean, "ratio_mean_ci95": [mean_lo, mean_hi],
+        "ratio_gmean": gm, "ratio_gmean_ci95": [gm_lo, gm_hi],
+        "ratio_median": statistics.median(ratios), "bootstrap_resamples": cfg.resamples,
+        "bootstrap_method": "percentile (scipy.stats.bootstrap)",
+        "timestamp": r0.get("timestamp"), "floorline_version": r0.get("floorline_version"),
+    }
+
+
+def headline(s: dict) -> str:
+    """The study's form: 'graph vs eager: 1.259x [1.253, 1.267], N=10'."""
+    lo, hi = s["ratio_mean_ci95"]
+    ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else " [no interval: N < 2]"
+    faster = "faster" if s["ratio_mean"] >= 1 else "slower"
+    return f"{s['arm_b']} vs {s['arm_a']}: {s['ratio_mean']:.3f}x{ci}, N={s['n_sessions']} ({s['arm_b']} {faster})"

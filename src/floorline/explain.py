@@ -1,0 +1,147 @@
+"""Where the gap between the floor and the step goes: a profiled look at a few decode steps per mode.
+
+Per mode, on one built model: wall time per step (CUDA events, no profiler attached), host time to enqueue a step
+(perf_counter around step() with no sync), then K steps under torch.profiler for the device activity.
+  floor        = strict floor bytes / measured copy bandwidth
+  kernel excess = GPU busy - floor            (GPU busy: device activity intervals, overlaps merged)
+  idle gaps    = wall - GPU busy              (launch and host overhead: the GPU waits)
+On the CPU the "kernels" are the leaf aten ops of the profile and "GPU busy" is the time inside them.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from floorline import floor, records
+from floorline.measure import RunConfig, cache_len, open_session, start_runtime
+from floorline.timing import time_steps
+
+ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|sdpa|softmax", re.I)
+TOP_KERNELS = 8
+
+
+def _merged_us(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0.0)
+
+
+def _device_events(prof, cuda: bool) -> list:
+    from torch.autograd import DeviceType
+
+    evs = prof.events()
+    if cuda:
+        return [e for e in evs if e.device_type == DeviceType.CUDA]
+    # CPU: leaf aten ops (no aten children), so nested calls are not counted twice
+    return [e for e in evs if e.name.startswith("aten::") and not any(c.name.startswith("aten::")
+                                                                       for c in e.cpu_children)]
+
+
+def _attention_events(prof, evs: list, cuda: bool) -> list:
+    """GPU: the attention kernels. CPU: the outermost attention ops (SDPA is no leaf there)."""
+    if cuda:
+        return [e for e in evs if ATTENTION_KERNEL.search(e.name)]
+    return [e for e in prof.events() if ATTENTION_KERNEL.search(e.name)
+            and not (e.cpu_parent is not None and ATTENTION_KERNEL.search(e.cpu_parent.name))]
+
+
+def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[str], None]) -> dict:
+    cuda = ses.device.type == "cuda"
+    max_len = cache_len(ses.cfg, ctx, False) + 3 * profile_steps
+    strict = floor.floor(ses.arch, ctx, ses.fmt, "strict")
+    rt = None
+    try:
+        with torch.inference_mode():
+            rt, _ = start_runtime(ses, mode, ctx, max_len, log)
+            log(f"{mode}: timing {ses.cfg.steps} steps, then profiling {profile_steps}")
+            wall = time_steps(rt.step, ses.cfg.steps, ses.device)
+            host = []
+            for _ in range(profile_steps):
+                t0 = time.perf_counter()
+                rt.step()  # no sync: how long the host takes to enqueue one step
+                host.append((time.perf_counter() - t0) * 1e3)
+            if cuda:
+                torch.cuda.synchronize()
+            acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+            with torch.profiler.profile(activities=acts) as prof:
+                for _ in range(profile_steps):
+                    rt.step()
+                if cuda:
+                    torch.cuda.synchronize()
+    finally:
+        if rt is not None:
+            rt.close()
+    evs = _device_events(prof, cuda)
+    k = profile_steps
+    busy_ms = _merged_us([(e.time_range.start, e.time_range.end) for e in evs]) / 1e3 / k
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for e in evs:
+        by_name[e.name].append((e.time_range.end - e.time_range.start) / 1e3)
+    total_ms = sum(sum(v) for v in by_name.values()) / k or float("nan")
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:TOP_KERNELS]
+    attn_ms = sum(e.time_range.end - e.time_range.start for e in _attention_events(prof, evs, cuda)) / 1e3 / k
+    wall_ms = statistics.median(wall)
+    floor_ms = strict.ms(ses.base["measured_gbps"])
+    kv_bytes = strict.components["kv_read"] + strict.components["kv_write"]
+    return {
+        "schema_version": records.SCHEMA_VERSION, "kind": "explain", "model": ses.arch.name, "ctx": ctx,
+        "mode": mode, "dtype": ses.cfg.dtype, "device": str(ses.device), "device_name": ses.base["device_name"],
+        "measured_gbps": ses.base["measured_gbps"], "floor_bytes": strict.bytes, "profile_steps": k,
+        "wall_ms": wall_ms, "wall_samples_ms": wall, "gpu_busy_ms": busy_ms, "floor_ms_measured": floor_ms,
+        "kernel_excess_ms": busy_ms - floor_ms, "idle_gaps_ms": wall_ms - busy_ms,
+        "kernels_per_step": len(evs) / k, "host_enqueue_ms": statistics.median(host), "host_samples_ms": host,
+        "attention_ms": attn_ms, "attention_kv_bytes": kv_bytes,
+        "attention_gbps": kv_bytes / (attn_ms * 1e-3) / 1e9 if attn_ms > 0 else None,
+        "top_kernels": [{"name": n, "ms_per_step": sum(ds) / k, "calls_per_step": len(ds) / k,
+                         "share": sum(ds) / k / total_ms} for n, ds in top],
+        "busy_is": "GPU kernels and copies" if cuda else "leaf aten ops on the CPU",
+        "timestamp": ses.base["timestamp"], "floorline_version": ses.base["floorline_version"],
+    }
+
+
+def explain(cfg: RunConfig, profile_steps: int = 5, log: Callable[[str], None] = lambda s: None) -> list[dict]:
+    ses = open_session(cfg, log)
+    try:
+        return [explain_mode(ses, mode, ctx, profile_steps, log) for ctx in cfg.ctxs for mode in ses.modes]
+    finally:
+        ses.close()
+
+
+def stacked_bar_png(rows: list[dict], path: str) -> None:
+    """One bar per mode: floor, kernel excess and idle gaps stacked to the wall time per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['mode']}\nctx {r['ctx']}" for r in rows]
+    parts = [("memory floor", "floor_ms_measured", "#4c72b0"), ("kernel excess", "kernel_excess_ms", "#dd8452"),
+             ("idle gaps (launch + host)", "idle_gaps_ms", "#c44e52")]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(rows), 4.5))
+    bottom = [0.0] * len(rows)
+    for name, key, color in parts:
+        vals = [max(r[key], 0.0) for r in rows]  # a negative excess (busy under the floor) draws as 0
+        ax.bar(labels, vals, bottom=bottom, label=name, color=color)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, r in enumerate(rows):
+        ax.text(i, bottom[i], f"{r['wall_ms']:.2f} ms", ha="center", va="bottom", fontsize=8)
+    r0 = rows[0]
+    ax.set_ylabel("ms per decode step")
+    ax.set_title(f"{r0['model']} on {r0['device_name']}: where the step goes", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

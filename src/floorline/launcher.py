@@ -1,0 +1,47 @@
+"""Run RunConfigs in a fresh process (a new CUDA context: the study's "fresh session") and collect its records.
+
+The child is `python -m floorline.worker`, in its own process group so a timeout kills it and any compile workers
+it started. The parent reads back whatever records the child finished, even when it crashed or timed out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from floorline import records
+from floorline.measure import RunConfig
+
+STDERR_TAIL_LINES = 8
+
+
+def run_fresh(configs: list[RunConfig], tags: dict | None = None,
+              timeout_s: float | None = None) -> tuple[list[dict], str | None]:
+    """(records the child finished, None) or (those records, why it failed: one line + the child's last stderr)."""
+    spec = json.dumps({"configs": [asdict(c) for c in configs], "tags": tags or {}})
+    with tempfile.TemporaryDirectory(prefix="floorline-") as d:
+        out = Path(d) / "records.jsonl"
+        proc = subprocess.Popen([sys.executable, "-m", "floorline.worker", spec, str(out)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _, stderr = proc.communicate(timeout=timeout_s)
+            why = None if proc.returncode == 0 else f"exit code {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, stderr = proc.communicate()
+            why = f"timeout after {timeout_s:.0f} s"
+        except BaseException:  # Ctrl-C in the parent: take the child down with it
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        recs = records.read(out) if out.exists() else []
+    if why:
+        tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-STDERR_TAIL_LINES:]
+        why = why + (": " + " | ".join(tail) if tail else "")
+    return recs, why

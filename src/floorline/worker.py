@@ -1,0 +1,31 @@
+"""Child-process entry point: `python -m floorline.worker SPEC_JSON OUT.jsonl`.
+
+Runs each RunConfig of the spec in this (fresh) process, one CUDA context for all of them, and appends every record,
+tagged with the spec's `tags`, to OUT as it finishes. A UserError exits 2 with its one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from floorline import records
+from floorline.errors import UserError
+from floorline.measure import RunConfig, measure_cells
+
+
+def main(argv: list[str]) -> int:
+    spec, out = json.loads(argv[0]), argv[1]
+    try:
+        for c in spec["configs"]:
+            for rec in measure_cells(RunConfig(**c)):
+                rec.update(spec.get("tags", {}))
+                records.append(out, [rec])
+    except UserError as e:
+        print(f"floorline: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,86 @@
+"""Shared fixtures for the floorline test suite.
+
+CPU-only by default: tests marked `gpu` are skipped unless torch sees a CUDA device. The expensive objects (tiny
+models) are built once per session; the CLI is driven in-process through floorline.cli.main.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cpu() -> torch.device:
+    return torch.device("cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_fp32(cpu):
+    from floorline import models, zoo
+
+    return models.build_random(zoo.ZOO["tiny-llama"], cpu, "fp32", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_fp32(cpu):
+    from floorline import models, zoo
+
+    return models.build_random(zoo.ZOO["tiny-qwen2"], cpu, "fp32", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory, cpu) -> Path:
+    """tiny-qwen2 with random weights saved as a local model directory (config.json + model.safetensors)."""
+    from floorline import models, zoo
+
+    d = tmp_path_factory.mktemp("tiny-qwen2-local")
+    model = models.build_random(zoo.ZOO["tiny-qwen2"], cpu, "bf16", seed=3)
+    model.save_pretrained(d, safe_serialization=True)
+    assert (d / "config.json").is_file() and list(d.glob("*.safetensors"))
+    return d
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """floorline.cli.main(argv) in-process: (exit code, stdout, stderr). An argparse rejection (SystemExit) counts as
+    its exit code. Works inside and outside capsys (rich consoles look sys.stdout/sys.stderr up at each print)."""
+    from floorline import cli
+
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        try:
+            rc = cli.main(argv)
+        except SystemExit as s:
+            rc = s.code if isinstance(s.code, int) else (0 if s.code is None else 1)
+    return rc, o.getvalue(), e.getvalue()
+
+
+@pytest.fixture
+def cli_run():
+    return run_cli
+
+
+def read_jsonl_strict(path: Path) -> list[dict]:
+    """Every line of a JSON-lines file must be one complete JSON object (no blank or partial lines)."""
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n"), "the last record is not terminated by a newline"
+    out = []
+    for line in text.splitlines():
+        rec = json.loads(line)
+        assert isinstance(rec, dict)
+        out.append(rec)
+    return out

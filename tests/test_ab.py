@@ -1,0 +1,115 @@
+"""ab: the bootstrap's coverage and reproducibility, arm parsing, and an end-to-end A/B of the tiny model."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from floorline import ab, cli, stats
+from floorline.errors import UserError
+
+
+def test_bootstrap_percentile_interval_covers_the_true_mean_about_95_percent():
+    rng = np.random.default_rng(2026)
+    true, sims, hits = 1.25, 400, 0
+    for i in range(sims):
+        x = rng.normal(true, 0.02, size=30)  # 30 sessions of ratios
+        _, lo, hi = stats.bootstrap_ci(list(x), "mean", n_resamples=2000, seed=i)
+        hits += lo <= true <= hi
+    assert 0.92 <= hits / sims <= 0.98, hits / sims
+
+
+def test_bootstrap_gmean_covers_the_true_geometric_mean():
+    rng = np.random.default_rng(8)
+    sims, hits = 400, 0
+    for i in range(sims):
+        x = np.exp(rng.normal(np.log(1.1), 0.05, size=50))  # log-normal: the geometric mean is 1.1
+        _, lo, hi = stats.bootstrap_ci(list(x), "gmean", n_resamples=2000, seed=i)
+        hits += lo <= 1.1 <= hi
+    assert 0.92 <= hits / sims <= 0.98, hits / sims
+
+
+def test_bootstrap_is_reproducible_and_seed_dependent():
+    x = list(np.random.default_rng(0).normal(1.2, 0.05, size=10))
+    a = stats.bootstrap_ci(x, "mean", 10_000, seed=1)
+    assert a == stats.bootstrap_ci(x, "mean", 10_000, seed=1)
+    b = stats.bootstrap_ci(x, "mean", 10_000, seed=2)
+    assert a[1:] != b[1:]
+    assert a[1] < b[2] and b[1] < a[2]  # different but overlapping
+    assert a[1] < np.mean(x) < a[2]
+
+
+def test_bootstrap_needs_two_values():
+    assert stats.bootstrap_ci([1.2], "mean") == (1.2, None, None)
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("graph", ab.Arm("graph", "bf16", "sdpa")),
+    ("mode=static,dtype=fp16", ab.Arm("static", "fp16", "sdpa")),
+    ("eager,attn=eager", ab.Arm("eager", "bf16", "eager")),
+])
+def test_parse_arm(spec, want):
+    assert ab.parse_arm(spec) == want
+
+
+@pytest.mark.parametrize("spec", ["", "warp", "mode=graph,dtype=int3", "graph,attn=flash", "graph,colour=red",
+                                  "graph,quant=nf4"])
+def test_parse_arm_rejects(spec):
+    with pytest.raises(UserError):
+        ab.parse_arm(spec)
+
+
+def test_session_configs_share_a_model_only_when_arms_differ_by_mode():
+    from floorline.measure import RunConfig
+
+    cfg = ab.ABConfig(RunConfig("tiny-llama", [64], []), ab.parse_arm("eager"), ab.parse_arm("static"))
+    one = ab.session_configs(cfg, cfg.b, cfg.a)
+    assert len(one) == 1 and one[0].modes == ["static", "eager"] and one[0].energy is False
+    cfg2 = ab.ABConfig(cfg.base, ab.parse_arm("eager"), ab.parse_arm("eager,dtype=fp32"))
+    two = ab.session_configs(cfg2, cfg2.a, cfg2.b)
+    assert [(c.modes, c.dtype) for c in two] == [(["eager"], "bf16"), (["eager"], "fp32")]
+
+
+def _lines(path):
+    return [json.loads(ln) for ln in open(path)]
+
+
+def test_ab_end_to_end_tiny_cpu_and_resume(tmp_path, capsys):
+    out = tmp_path / "ab.jsonl"
+    args = ["ab", "--model", "tiny-llama", "--ctx", "32", "--a", "eager", "--b", "static", "--sessions", "3",
+            "--steps", "4", "--warmup", "1", "--device", "cpu", "--resamples", "500", "--output", str(out)]
+    assert cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"static vs eager: \d+\.\d{3}x \[\d+\.\d{3}, \d+\.\d{3}\], N=3", printed), printed
+    recs = _lines(out)
+    cells = [r for r in recs if r["kind"] == "cell"]
+    summary = [r for r in recs if r["kind"] == "ab_summary"]
+    assert len(cells) == 6 and len(summary) == 1
+    assert [r["ab_order"] for r in cells[::2]] == ["A-B", "B-A", "A-B"]
+    # within a session the first record is the arm that ran first
+    assert [r["ab_arm"] for r in cells[:4]] == ["A", "B", "B", "A"]
+    s = summary[0]
+    assert s["n_sessions"] == 3 and s["sessions"] == [0, 1, 2]
+    for i, sess in enumerate(s["sessions"]):
+        a = next(r for r in cells if r["ab_session"] == sess and r["ab_arm"] == "A")
+        b = next(r for r in cells if r["ab_session"] == sess and r["ab_arm"] == "B")
+        assert s["ratios"][i] == pytest.approx(a["step_ms_median"] / b["step_ms_median"])
+    assert s["ratio_mean"] == pytest.approx(np.mean(s["ratios"]))
+    lo, hi = s["ratio_mean_ci95"]
+    assert lo <= s["ratio_mean"] <= hi
+
+    # resume: one more session runs only session 3
+    args[args.index("--sessions") + 1] = "4"
+    assert cli.main(args) == 0
+    recs = _lines(out)
+    assert len([r for r in recs if r["kind"] == "cell"]) == 8
+    assert [r["ab_session"] for r in recs if r["kind"] == "cell"][6:] == [3, 3]
+    assert recs[-1]["kind"] == "ab_summary" and recs[-1]["n_sessions"] == 4
+
+
+def test_ab_same_arms_is_an_error(capsys):
+    rc = cli.main(["ab", "--model", "tiny-llama", "--ctx", "32", "--a", "eager", "--b", "eager", "--device", "cpu"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "same configuration" in err[0]

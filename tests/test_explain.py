@@ -1,0 +1,39 @@
+"""explain: interval merging, and the table + PNG on the CPU (kernels are CPU ops there)."""
+
+import json
+
+import pytest
+
+from floorline import cli
+from floorline.explain import _merged_us
+
+
+@pytest.mark.parametrize("iv, want", [
+    ([], 0.0),
+    ([(0, 10)], 10.0),
+    ([(0, 10), (5, 15)], 15.0),  # overlap counted once
+    ([(0, 10), (2, 3), (20, 25)], 15.0),  # nested, then a gap
+    ([(20, 25), (0, 10)], 15.0),  # order does not matter
+])
+def test_merged_intervals(iv, want):
+    assert _merged_us(iv) == want
+
+
+def test_explain_cpu_end_to_end(tmp_path, capsys):
+    rc = cli.main(["explain", "--model", "tiny-qwen2", "--ctx", "32", "--mode", "eager,static", "--device", "cpu",
+                   "--steps", "4", "--warmup", "1", "--profile-steps", "2", "--out", str(tmp_path)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "kernel excess ms" in printed and "top kernels, static ctx 32" in printed
+    rows = [json.loads(ln) for ln in open(tmp_path / "explain.jsonl")]
+    assert [r["mode"] for r in rows] == ["eager", "static"]
+    for r in rows:
+        assert r["kind"] == "explain" and r["wall_ms"] > 0 and r["gpu_busy_ms"] > 0
+        assert r["kernels_per_step"] > 10  # a decoder layer alone is dozens of aten ops
+        assert r["idle_gaps_ms"] == pytest.approx(r["wall_ms"] - r["gpu_busy_ms"])
+        assert r["kernel_excess_ms"] == pytest.approx(r["gpu_busy_ms"] - r["floor_ms_measured"])
+        assert r["floor_ms_measured"] == pytest.approx(r["floor_bytes"] / (r["measured_gbps"] * 1e9) * 1e3)
+        assert 0 < sum(k["share"] for k in r["top_kernels"]) <= 1.0 + 1e-9
+        assert r["attention_ms"] > 0  # SDPA shows up as a CPU op
+    png = (tmp_path / "explain.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000

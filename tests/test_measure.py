@@ -1,0 +1,169 @@
+"""measure / timing / bandwidth: validation before anything is built, the verdict on a measured step, the clocks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from floorline import bandwidth, floor, measure, models, timing, zoo
+from floorline.errors import UserError
+from floorline.measure import RunConfig
+
+
+def cfg(**kw) -> RunConfig:
+    return RunConfig(**{"model": "tiny-llama", "ctxs": [64], "modes": ["eager"], "device": "cpu", "warmup": 1,
+                        "steps": 5, **kw})
+
+
+# ------------------------------------------------------------------------------------------------------ validate
+def test_validate_accepts_the_last_context_that_fits():
+    a = zoo.ZOO["tiny-llama"]
+    decode = 1 + 5 + measure.SLACK_TOKENS
+    measure.validate(cfg(ctxs=[a.max_pos - decode]), a)
+    with pytest.raises(UserError, match=f"use --ctx {a.max_pos - decode} or less"):
+        measure.validate(cfg(ctxs=[64, a.max_pos - decode + 1]), a)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"ctxs": [0]}, "positive"), ({"ctxs": [64, -1]}, "positive"), ({"ctxs": []}, "positive"),
+    ({"steps": 1}, "steps"), ({"warmup": -1}, "warmup"), ({"prefill_chunk": 0}, "prefill"),
+    ({"dtype": "int8"}, "dtype"),
+])
+def test_validate_rejects(kw, match):
+    with pytest.raises(UserError, match=match):
+        measure.validate(cfg(**kw), zoo.ZOO["tiny-llama"])
+
+
+def test_cache_len():
+    c = cfg(ctxs=[64, 128], warmup=2, steps=10)
+    assert measure.cache_len(c, 128, energy=False) == 128 + 2 + 10 + measure.SLACK_TOKENS
+    assert measure.cache_len(c, 64, energy=True) == 64 + 2 + 10 + measure.SLACK_TOKENS + measure.ENERGY_MAX_TOKENS
+    assert measure.SLACK_TOKENS >= max(r.prepare_tokens for r in measure.runtimes.RUNTIMES.values())
+
+
+def test_expand_modes():
+    cpu = torch.device("cpu")
+    assert measure.expand_modes(["all"], cpu) == ["eager", "static"]
+    assert measure.expand_modes(["static", "eager", "static"], cpu) == ["static", "eager"]
+    assert measure.expand_modes(["all"], torch.device("cuda")) == ["eager", "static", "graph", "compile"]
+    with pytest.raises(UserError):
+        measure.expand_modes(["eager", "graph"], cpu)
+    with pytest.raises(UserError):
+        measure.expand_modes(["fast"], cpu)
+
+
+def test_resolve_device():
+    assert measure.resolve_device("cpu") == torch.device("cpu")
+    assert measure.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(UserError):
+        measure.resolve_device("tpu")
+    with pytest.raises(UserError):
+        measure.resolve_device("not a device")
+    with pytest.raises(UserError):
+        measure.resolve_device("cuda:64")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_resolve_cuda_without_gpu():
+    with pytest.raises(UserError, match="no CUDA GPU"):
+        measure.resolve_device("cuda")
+
+
+# -------------------------------------------------------------------------------------------------- memory check
+def test_check_fits_message_and_boundary():
+    a = zoo.ZOO["qwen2.5-7b"]
+    dev = torch.device("cpu")
+    need = int((2_000_000_000 + 1_000_000_000) * 1.1)
+    models.check_fits(a, dev, 2_000_000_000, 1_000_000_000, have=need)  # exactly enough
+    with pytest.raises(UserError) as e:
+        models.check_fits(a, dev, 2_000_000_000, 1_000_000_000, have=need - 1)
+    msg = str(e.value)
+    assert "out of memory" in msg and "qwen2.5-7b" in msg
+    assert "3.30 GB" in msg and "weights 2.00 GB" in msg and "KV cache 1.00 GB" in msg and "3.30 GB is free" in msg
+    with pytest.raises(UserError, match=r"0\.00 GB is free"):
+        models.check_fits(a, dev, 15_000_000_000, 0, have=1000)
+
+
+def test_free_bytes_cpu_is_plausible():
+    n = models.free_bytes(torch.device("cpu"))
+    assert 100 << 20 < n < 1 << 50
+
+
+def test_measure_cells_refuses_before_building(monkeypatch):
+    monkeypatch.setattr(models, "free_bytes", lambda device: 1000)
+    monkeypatch.setattr(models, "build", lambda *a, **k: pytest.fail("built a model that cannot fit"))
+    monkeypatch.setattr(bandwidth, "copy_bandwidth", lambda *a, **k: pytest.fail("measured before the memory check"))
+    with pytest.raises(UserError, match="out of memory"):
+        list(measure.measure_cells(cfg()))
+
+
+# ---------------------------------------------------------------------------------------------------- the verdict
+def _judged(med_ms: float, measured_gbps: float, cache_bytes: int, peak=None, model="qwen2.5-7b", ctx=2048):
+    a = zoo.ZOO[model]
+    strict, paper = floor.floor(a, ctx, convention="strict"), floor.floor(a, ctx, convention="paper")
+    rec = {"step_ms_median": med_ms, "step_ms_p10": med_ms, "step_ms_p90": med_ms, "peak_gbps": peak,
+           "measured_gbps": measured_gbps, "warnings": []}
+    measure._judge(rec, strict, paper, cache_bytes)
+    return rec, strict, paper
+
+
+def test_judge_figures():
+    rec, strict, paper = _judged(20.0, 4000.0, 0, peak=4800)
+    assert rec["valid"] is True and rec["reason"] is None and rec["warnings"] == []
+    assert rec["tokens_per_s"] == pytest.approx(50.0)
+    assert rec["achieved_gbps"] == pytest.approx(strict.bytes / 0.020 / 1e9)
+    assert rec["floor_ms_measured"] == pytest.approx(strict.bytes / 4000e9 * 1e3)
+    assert rec["floor_ms_peak"] == pytest.approx(2.9706, abs=1e-4)
+    assert rec["fraction_of_floor_peak"] == pytest.approx(rec["floor_ms_peak"] / 20.0)
+    assert rec["fraction_of_floor_measured"] == pytest.approx(rec["floor_ms_measured"] / 20.0)
+    assert rec["paper_floor_ms_peak"] == pytest.approx(paper.bytes / 4800e9 * 1e3)
+
+
+def test_judge_without_peak():
+    rec, _, _ = _judged(20.0, 4000.0, 0, peak=None)
+    for k in ("floor_ms_peak", "fraction_of_floor_peak", "paper_floor_ms_peak", "paper_fraction_of_floor_peak"):
+        assert rec[k] is None
+
+
+def test_judge_below_the_floor_is_invalid():
+    rec, _, _ = _judged(1.0, 4000.0, cache_bytes=50 << 20)  # 14 GB in 1 ms: impossible
+    assert rec["valid"] is False and "below the memory floor" in rec["reason"]
+
+
+def test_judge_below_the_floor_but_cache_resident_is_a_warning():
+    rec, strict, _ = _judged(1e-4, 4000.0, cache_bytes=64 << 20, model="tiny-llama", ctx=64)
+    assert 1e-4 < strict.ms(4000.0)
+    assert strict.bytes <= 2 * (64 << 20)
+    assert rec["valid"] is True and any("last-level cache" in w for w in rec["warnings"])
+
+
+def test_judge_flags_spread():
+    a = zoo.ZOO["tiny-llama"]
+    rec = {"step_ms_median": 10.0, "step_ms_p10": 5.0, "step_ms_p90": 20.0, "peak_gbps": None,
+           "measured_gbps": 10.0, "warnings": []}
+    measure._judge(rec, floor.floor(a, 8), floor.floor(a, 8, convention="paper"), 0)
+    assert any("unstable" in w for w in rec["warnings"]) and rec["valid"] is True
+
+
+# --------------------------------------------------------------------------------------------- clocks, bandwidth
+def test_cpu_timer_times_each_step():
+    calls = []
+
+    def step():
+        calls.append(time.perf_counter())
+        time.sleep(0.002 * len(calls))
+
+    ms = timing.time_steps(step, 4, torch.device("cpu"))
+    assert len(calls) == 4 and len(ms) == 4
+    for i, t in enumerate(ms, 1):
+        assert 2.0 * i <= t < 2.0 * i + 50  # step i sleeps 2*i ms; its sample covers it
+    assert ms == sorted(ms)
+
+
+def test_cpu_copy_bandwidth():
+    gbps, samples = bandwidth.copy_bandwidth(torch.device("cpu"), nbytes=16 << 20, reps=4)
+    assert len(samples) == 4 and all(s > 0 for s in samples)
+    assert min(samples) <= gbps <= max(samples)
+    assert 0.1 < gbps < 10_000
