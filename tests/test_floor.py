@@ -184,9 +184,14 @@ def test_bits_16_with_bf16_is_unquantised():
     assert floor.weight_format("fp32").matrix_bytes(10, 10) == 400
 
 
+def test_16_bit_weights_with_fp32_name_the_fix():
+    with pytest.raises(UserError, match="use 32 \\(unquantised\\), 8 or 4"):
+        floor.weight_format("fp32", 16)
+
+
 @pytest.mark.parametrize("bits", [3, 2, 5, 32])
 def test_bad_bits_raise(bits):
-    with pytest.raises(UserError, match="not supported"):
+    with pytest.raises(UserError, match="use 16 \\(unquantised\\), 8 or 4"):
         floor.weight_format("bf16", bits)
 
 

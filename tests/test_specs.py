@@ -40,8 +40,6 @@ def test_detect_unknown_is_none(device_name):
     assert specs.detect(device_name) is None
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="BUG: the laptop RTX 4090 (576 GB/s) matches the desktop row (1008 GB/s)")
 def test_laptop_4090_is_not_the_desktop_card():
     g = specs.detect("NVIDIA GeForce RTX 4090 Laptop GPU")
     assert g is None or g.peak_gbps < 700

@@ -234,7 +234,8 @@ def cmd_explain(args) -> int:
 # ------------------------------------------------------------------------------------------------------------ main
 def build_parser() -> Parser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    # SUPPRESS: a subparser's default must not overwrite `floorline --debug VERB`
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     p = Parser(prog="floorline", description="Batch-1 LLM decode measured against its memory floor.",
                parents=[common])
     p.add_argument("--version", action="version", version=f"floorline {__version__}")
@@ -294,6 +295,7 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.debug = getattr(args, "debug", False)
     try:
         return args.fn(args)
     except UserError as e:

@@ -60,7 +60,7 @@ def _attention_events(prof, evs: list, cuda: bool) -> list:
 
 def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[str], None]) -> dict:
     cuda = ses.device.type == "cuda"
-    max_len = cache_len(ses.cfg, ctx, False) + 3 * profile_steps
+    max_len = cache_len(ses.cfg, ses.arch, ctx, False) + 3 * profile_steps
     strict = floor.floor(ses.arch, ctx, ses.fmt, "strict")
     rt = None
     try:

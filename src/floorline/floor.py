@@ -59,7 +59,9 @@ def weight_format(dtype: str = "bf16", bits: int | None = None, group_size: int 
         raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
     dense = DTYPE_BYTES[dtype]
     if bits == dense * 8:
-        bits = None  # --weight-bits 16 with bf16 means unquantised
+        bits = None  # --weight-bits 16 with bf16 (32 with fp32): unquantised, at the dtype's own width
+    elif bits not in (None, 8, 4):
+        raise UserError(f"--weight-bits {bits} with {dtype}: use {dense * 8} (unquantised), 8 or 4")
     return WeightFormat(bits=bits, group_size=group_size, dense_bytes=dense)
 
 

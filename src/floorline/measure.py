@@ -73,8 +73,13 @@ def expand_modes(modes: list[str], device: torch.device) -> list[str]:
     return out
 
 
-def cache_len(cfg: RunConfig, ctx: int, energy: bool) -> int:
-    return ctx + cfg.warmup + cfg.steps + SLACK_TOKENS + (ENERGY_MAX_TOKENS if energy else 0)
+def energy_tokens(cfg: RunConfig, a: zoo.Arch, ctx: int, energy: bool) -> int:
+    """Cache room for the energy window: ENERGY_MAX_TOKENS, less where the model's max position comes first."""
+    return max(0, min(ENERGY_MAX_TOKENS, a.max_pos - ctx - cfg.warmup - cfg.steps - SLACK_TOKENS)) if energy else 0
+
+
+def cache_len(cfg: RunConfig, a: zoo.Arch, ctx: int, energy: bool) -> int:
+    return ctx + cfg.warmup + cfg.steps + SLACK_TOKENS + energy_tokens(cfg, a, ctx, energy)
 
 
 def validate(cfg: RunConfig, a: zoo.Arch) -> None:
@@ -160,7 +165,7 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     fmt = floor.weight_format(cfg.dtype)
     weight_bytes = floor.parameter_count(a) * fmt.dense_bytes
     models.check_fits(a, device, weight_bytes,
-                      cache_len(cfg, max(cfg.ctxs), energy) * floor.kv_bytes_per_token(a, fmt.dense_bytes))
+                      cache_len(cfg, a, max(cfg.ctxs), energy) * floor.kv_bytes_per_token(a, fmt.dense_bytes))
 
     base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "model": a.name, "model_path": a.path,
             "quant": cfg.quant, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
@@ -196,7 +201,7 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
         for ctx in cfg.ctxs:
             strict = floor.floor(a, ctx, fmt, "strict")
             paper = floor.floor(a, ctx, fmt, "paper")
-            max_len = cache_len(cfg, ctx, ses.energy)
+            max_len = cache_len(cfg, a, ctx, ses.energy)
             cell = {**base, "ctx": ctx, "max_cache_len": max_len, "floor_bytes": strict.bytes,
                     "paper_floor_bytes": paper.bytes, **{f"floor_bytes_{k}": v for k, v in strict.components.items()}}
             for mode in ses.modes:
@@ -261,9 +266,10 @@ def _measure_mode(ses: Session, mode: str, ctx: int, max_len: int, log) -> dict:
             samples = time_steps(rt.step, ses.cfg.steps, ses.device)  # the timed region
             after = nvml.snapshot() if nvml else {}
             s = stats.summarize(samples)
-            if ses.energy:
+            room = energy_tokens(ses.cfg, ses.arch, ctx, ses.energy)
+            if room:
                 log(f"{mode}: energy window")
-                out.update(_energy_window(rt, nvml, s["step_ms_median"]))
+                out.update(_energy_window(rt, nvml, s["step_ms_median"], room))
             out["position_end"] = int(rt.pos.item())
     finally:
         if rt is not None:
@@ -280,9 +286,9 @@ def _measure_mode(ses: Session, mode: str, ctx: int, max_len: int, log) -> dict:
     return out
 
 
-def _energy_window(rt, nvml, median_ms: float) -> dict:
+def _energy_window(rt, nvml, median_ms: float, room: int) -> dict:
     """Decode on for about ENERGY_WINDOW_S (the cache keeps growing) and divide the NVML energy by its tokens."""
-    n = min(ENERGY_MAX_TOKENS, max(1, math.ceil(ENERGY_WINDOW_S * 1e3 / median_ms)))
+    n = min(room, max(1, math.ceil(ENERGY_WINDOW_S * 1e3 / median_ms)))
     torch.cuda.synchronize()
     e0, t0 = nvml.energy_mj(), time.perf_counter()
     for _ in range(n):

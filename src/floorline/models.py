@@ -33,7 +33,7 @@ def hf_config(a: Arch, dtype: str = "bf16", attn: str = "sdpa"):
     elif a.family == "mistral":
         cfg = MistralConfig(**common, sliding_window=None)  # v0.3 has none; the class default (4096) is wrong
     else:
-        cfg = LlamaConfig(**common, attention_bias=a.qkv_bias)
+        cfg = LlamaConfig(**common)
     cfg._attn_implementation = attn
     cfg.dtype = TORCH_DTYPES[dtype]
     return cfg
@@ -70,18 +70,29 @@ def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int =
 
 
 def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "sdpa") -> torch.nn.Module:
-    """A local directory's config.json + *.safetensors; never pickle, never remote code."""
+    """A local directory's config.json + *.safetensors; never pickle, never remote code, no missing weights."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # its bar and load report would break the one-line error contract
+    hf_logging.set_verbosity_error()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        # no device_map: that would need accelerate; load, then move once
+        model, info = AutoModelForCausalLM.from_pretrained(
             a.path, dtype=TORCH_DTYPES[dtype], use_safetensors=True, local_files_only=True,
-            trust_remote_code=False, attn_implementation=attn, device_map=str(device),
+            trust_remote_code=False, attn_implementation=attn, output_loading_info=True,
         )
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"{a.path}: could not load the safetensors weights ({first}); check config.json matches them") from None
-    return model.eval().requires_grad_(False)
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"{a.path}: could not load the safetensors weights ({first}); check config.json matches "
+                        f"them") from None
+    missing = [k for k in info.get("missing_keys", []) if not (a.tied and k.startswith("lm_head"))]
+    if missing or info.get("mismatched_keys"):
+        bad = (missing or [str(m) for m in info["mismatched_keys"]])[:3]
+        raise UserError(f"{a.path}: the safetensors files lack or mis-shape weights the config needs ({', '.join(bad)}"
+                        f"...); a model with random gaps would not be the model you asked for")
+    return model.to(device).eval().requires_grad_(False)
 
 
 def build(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0, attn: str = "sdpa") -> torch.nn.Module:

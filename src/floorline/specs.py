@@ -38,7 +38,7 @@ GPUS: list[GpuSpec] = [
     GpuSpec("a100-40gb", "A100 40GB", "40 GB HBM2", 1555, "NVIDIA A100 datasheet", r"a100"),
     GpuSpec("l40s", "L40S", "48 GB GDDR6", 864, "NVIDIA L40S datasheet", r"l40s"),
     GpuSpec("l4", "L4", "24 GB GDDR6", 300, "NVIDIA L4 datasheet", r"\bl4\b"),
-    GpuSpec("rtx-4090", "RTX 4090", "24 GB GDDR6X", 1008, "NVIDIA RTX 4090 specifications", r"rtx 4090"),
+    GpuSpec("rtx-4090", "RTX 4090", "24 GB GDDR6X", 1008, "NVIDIA RTX 4090 specifications", r"rtx 4090(?!.*laptop)"),
     GpuSpec("rtx-6000-ada", "RTX 6000 Ada", "48 GB GDDR6", 960, "NVIDIA RTX 6000 Ada datasheet", r"rtx 6000 ada"),
     GpuSpec("jetson-agx-orin-64gb", "Jetson AGX Orin 64GB", "64 GB LPDDR5", 204.8,
             "NVIDIA Jetson AGX Orin datasheet", r"orin(?!.*nano)"),

@@ -85,6 +85,9 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None) -> Arch:
         hidden = cfg["hidden_size"]
         if family == "mistral" and cfg.get("sliding_window"):
             raise UserError(f"{name}: sliding-window attention is not supported; set sliding_window to null")
+        if cfg.get("mlp_bias") or (family == "llama" and cfg.get("attention_bias")):
+            raise UserError(f"{name}: biases on the MLP or on o_proj (mlp_bias / llama attention_bias) are not in "
+                            f"the floor accounting; use a model without them")
         rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
         theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
         scaling = rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None
@@ -93,7 +96,7 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None) -> Arch:
             layers=cfg["num_hidden_layers"], heads=heads, kv_heads=cfg.get("num_key_value_heads") or heads,
             head_dim=cfg.get("head_dim") or hidden // heads, vocab=cfg["vocab_size"],
             tied=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=family == "qwen2" or bool(cfg.get("attention_bias", False)),
+            qkv_bias=family == "qwen2",  # transformers' Qwen2 always has q/k/v biases; Mistral never has
             max_pos=cfg.get("max_position_embeddings", 4096), rope_theta=float(theta),
             rms_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_scaling=scaling, path=path,
         )
