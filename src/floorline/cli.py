@@ -192,6 +192,82 @@ def cmd_ab(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------------------- sweep
+def sweep_defaults(what: str) -> list:
+    from floorline import sweep
+
+    return {"models": sweep.DEFAULT_MODELS, "ctxs": sweep.DEFAULT_CTXS, "modes": sweep.DEFAULT_MODES}[what]
+
+
+def cmd_sweep(args) -> int:
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+    from rich.table import Table
+
+    from floorline import specs, sweep
+    from floorline.measure import RunConfig
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    base = RunConfig(model="", ctxs=[], modes=[], dtype=args.dtype, device=args.device, warmup=args.warmup,
+                     steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn)
+    cells = sweep.plan(_names(args.models), args.ctx, _names(args.modes), base)
+    if args.gpus and args.ray is not None:
+        raise UserError("--gpus and --ray both given; use one executor")
+    if args.gpus and cells[0].run.device.startswith("cpu"):
+        raise UserError("--gpus runs cells on GPUs; drop --device cpu")
+    cfg = sweep.SweepConfig(cells, args.output, args.timeout, args.rerun, args.gpus, args.ray)
+    have = sweep.load_done(args.output, lambda m: err.print(f"warning: {m}"))
+    todo = sweep.todo_cells(cfg, have)
+    if args.dry_run:
+        names = sweep.nvml_gpu_names() if cells[0].run.device.startswith("cuda") else []
+        spec = specs.detect(names[0]) if names else None
+        t = Table(title=f"{len(cells)} cells" + (f"; floor at {spec.name} peak {spec.peak_gbps:.0f} GB/s" if spec else ""))
+        for h in ("cell", "floor GB", "floor ms @peak", "memory GB", "status"):
+            t.add_column(h, justify="left" if h in ("cell", "status") else "right")
+        for r in sweep.dry_run_rows(cells, [] if args.rerun else have, spec.peak_gbps if spec else None):
+            t.add_row(r["cell"], f"{r['floor_bytes'] / 1e9:.2f}",
+                      f"{r['floor_ms_peak']:.3f}" if r["floor_ms_peak"] else "-", f"{r['memory_bytes'] / 1e9:.2f}",
+                      r["status"])
+        out.print(t)
+        return 0
+    results: list[dict] = []
+    cols = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("eta"), TimeRemainingColumn()]
+    with Progress(*cols, console=err, transient=False) as prog:
+        task = prog.add_task("sweep", total=len(cells))
+        prog.update(task, completed=len(cells) - len(todo))
+
+        def started(c):
+            prog.update(task, description=f"running {c.label}")
+
+        def finished(c, recs):
+            results.extend(recs)
+            prog.advance(task)
+            for r in recs:
+                tag = f"{r['step_ms_median']:.3f} ms/step" if r.get("valid") else f"INVALID: {r.get('reason')}"
+                prog.console.print(f"{c.label}: {tag}")
+
+        try:
+            sweep.run_sweep(cfg, todo, started=started, finished=finished)
+        except KeyboardInterrupt:
+            err.print(f"interrupted: {len(results)} cell(s) finished this time are in {args.output}; "
+                      f"run the same command to resume")
+            return 130
+    latest = {sweep.cell_key(r): r for r in [*have, *results]
+              if r.get("kind", "cell") == "cell"}  # the last record of each cell (after --rerun)
+    grid = [latest[c.key()] for c in cells if c.key() in latest]
+    valid = sum(1 for r in grid if r.get("valid"))
+    err.print(f"{valid}/{len(cells)} cells valid in {args.output} ({len(grid)} recorded, {len(results)} run now)")
+    return 0
+
+
+def _names(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
 # --------------------------------------------------------------------------------------------------------- explain
 def cmd_explain(args) -> int:
     from pathlib import Path
@@ -242,19 +318,21 @@ def build_parser() -> Parser:
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
 
     # the options of one measured cell, shared by run, ab and explain
-    cell = argparse.ArgumentParser(add_help=False)
+    opts = argparse.ArgumentParser(add_help=False)
+    opts.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
+    opts.add_argument("--attn", default="sdpa", help="attention implementation: sdpa (default) or eager")
+    opts.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    opts.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
+    opts.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
+    opts.add_argument("--seed", type=int, default=0)
+    opts.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
+    opts.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
+
+    cell = argparse.ArgumentParser(add_help=False, parents=[opts])
     cell.add_argument("--model", default=None,
                       help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
     cell.add_argument("--ctx", type=_int_list, default=[2048],
                       help="prompt tokens prefilled before decoding, comma-separated for several (default 2048)")
-    cell.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
-    cell.add_argument("--attn", default="sdpa", help="attention implementation: sdpa (default) or eager")
-    cell.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    cell.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
-    cell.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
-    cell.add_argument("--seed", type=int, default=0)
-    cell.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
-    cell.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
 
     sub.add_parser("models", parents=[common], help="list the embedded models").set_defaults(fn=cmd_models)
     sub.add_parser("specs", parents=[common], help="list the GPU spec table").set_defaults(fn=cmd_specs)
@@ -284,6 +362,20 @@ def build_parser() -> Parser:
     b.add_argument("--timeout", type=float, default=1800, help="seconds per session before it is killed")
     b.add_argument("--output", default="ab.jsonl", help="JSON-lines file for sessions + summary; resumes (ab.jsonl)")
     b.set_defaults(fn=cmd_ab)
+
+    w = sub.add_parser("sweep", parents=[common, opts], help="the study's grid, one fresh process per cell, resumable")
+    w.add_argument("--models", default=",".join(sweep_defaults("models")),
+                   help="comma-separated zoo names or directories (default: the study's trio)")
+    w.add_argument("--ctx", type=_int_list, default=sweep_defaults("ctxs"), help="default 2048,4096,8192,16384")
+    w.add_argument("--modes", default=",".join(sweep_defaults("modes")), help="default eager,graph")
+    w.add_argument("--output", default="results.jsonl", help="JSON-lines results; resumed when it exists")
+    w.add_argument("--timeout", type=float, default=1800, help="seconds per cell before it is killed (default 1800)")
+    w.add_argument("--rerun", action="store_true", help="run cells already in the output again")
+    w.add_argument("--dry-run", action="store_true", help="list the cells, their floors and memory, run nothing")
+    w.add_argument("--gpus", type=_int_list, default=None, help="run cells in parallel, one process per GPU: 0,1,...")
+    w.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="send each cell to a Ray cluster (default: a local instance); needs floorline[ray]")
+    w.set_defaults(fn=cmd_sweep)
 
     e = sub.add_parser("explain", parents=[common, cell], help="profile a few steps: where the gap to the floor goes")
     e.add_argument("--mode", default="all", help="modes to compare side by side, comma-separated, or all")

@@ -7,6 +7,7 @@ tagged with the spec's `tags`, to OUT as it finishes. A UserError exits 2 with i
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
 from floorline import records
@@ -14,7 +15,18 @@ from floorline.errors import UserError
 from floorline.measure import RunConfig, measure_cells
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so a SIGKILLed sweep leaves no orphan running."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: a killed parent may leave this child to finish its cell
+        pass
+
+
 def main(argv: list[str]) -> int:
+    die_with_parent()
     spec, out = json.loads(argv[0]), argv[1]
     try:
         for c in spec["configs"]:

@@ -1,0 +1,178 @@
+"""sweep: fresh process per cell, invalid cells recorded with reasons, kill-safety, resume, truncated last line, Ray.
+
+Faults are injected into the child processes only, through a sitecustomize.py on their PYTHONPATH that patches
+the runtime's prefill for one context: `crash@CTX` exits hard after a line on stderr, `hang@CTX` sleeps.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from floorline import cli, sweep
+from floorline.measure import RunConfig
+
+SITECUSTOMIZE = """
+import os, sys, time
+fault = os.environ.get("FLOORLINE_TEST_FAULT", "")
+if fault:
+    import floorline.runtimes.base as base
+    orig = base.Runtime.prefill
+    def prefill(self, prompt, chunk=1024):
+        for f in fault.split(","):
+            kind, ctx = f.split("@")
+            if prompt.shape[1] == int(ctx):
+                if kind == "crash":
+                    print("injected crash: the kernel fell over", file=sys.stderr, flush=True)
+                    os._exit(7)
+                if kind == "hang":
+                    time.sleep(3600)
+        return orig(self, prompt, chunk)
+    base.Runtime.prefill = prefill
+"""
+
+COMMON = ["--device", "cpu", "--steps", "3", "--warmup", "1"]
+
+
+@pytest.fixture
+def faults(tmp_path, monkeypatch):
+    d = tmp_path / "inject"
+    d.mkdir()
+    (d / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")]))
+
+    def set_fault(spec: str):
+        monkeypatch.setenv("FLOORLINE_TEST_FAULT", spec)
+    return set_fault
+
+
+def lines(path: Path) -> list[dict]:
+    text = path.read_text()
+    assert text.endswith("\n")
+    return [json.loads(ln) for ln in text.splitlines()]
+
+
+def test_crash_and_timeout_are_recorded_invalid_and_the_sweep_goes_on(tmp_path, faults, capsys):
+    faults("crash@24,hang@40")
+    out = tmp_path / "r.jsonl"
+    rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16,24,40", "--modes", "static", "--timeout", "20",
+                   "--output", str(out), *COMMON])
+    assert rc == 0
+    recs = {r["ctx"]: r for r in lines(out)}
+    assert sorted(recs) == [16, 24, 40]
+    assert recs[16]["valid"] is True and recs[16]["step_ms_median"] > 0
+    assert recs[24]["valid"] is False and recs[24]["reason"].startswith("crash: exit code 7")
+    assert "injected crash: the kernel fell over" in recs[24]["reason"]  # the child's last stderr lines
+    assert recs[40]["valid"] is False and recs[40]["reason"].startswith("timeout after 20 s")
+    for r in recs.values():  # failed cells still carry the schema and the analytic floor
+        assert r["schema_version"] == 1 and r["floor_bytes"] > 0 and r["model"] == "tiny-llama"
+    assert "1/3 cells valid" in capsys.readouterr().err
+
+
+def test_past_max_position_is_invalid_without_a_process(tmp_path):
+    cells = sweep.plan(["tiny-qwen2"], [9000], ["eager"], RunConfig("", [], [], device="cpu"))
+    rec = sweep.run_cell(cells[0], timeout_s=1)
+    assert rec[0]["valid"] is False and "max position 8192" in rec[0]["reason"]
+
+
+def test_sigkill_mid_sweep_then_resume_runs_every_cell_exactly_once(tmp_path):
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "floorline", "sweep", "--models", "tiny-llama,tiny-qwen2", "--ctx", "16,24",
+           "--modes", "eager", "--output", str(out), *COMMON]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 1):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = lines(out)
+    assert 1 <= len(first) < 4, "kill the sweep mid-way: some but not all cells done"
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    recs = lines(out)
+    keys = [(r["model"], r["ctx"]) for r in recs]
+    assert sorted(keys) == sorted({("tiny-llama", 16), ("tiny-llama", 24), ("tiny-qwen2", 16), ("tiny-qwen2", 24)})
+    assert recs[:len(first)] == first  # finished cells kept as they were
+    assert all(r["valid"] for r in recs)
+
+
+def test_truncated_last_line_is_discarded_and_its_cell_redone(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    args = ["sweep", "--models", "tiny-llama", "--ctx", "16,24", "--modes", "eager", "--output", str(out), *COMMON]
+    assert cli.main(args) == 0
+    full = out.read_text()
+    first, second = full.splitlines()
+    out.write_text(first + "\n" + second[: len(second) // 2])  # a write killed half-way
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert "truncated" in err and "discarded" in err
+    recs = lines(out)
+    assert [r["ctx"] for r in recs] == [16, 24]
+    assert recs[0] == json.loads(first)
+    assert recs[1]["run_id"] != json.loads(second)["run_id"]  # redone, not patched up
+
+
+def test_resume_skips_finished_cells_and_rerun_forces_them(tmp_path):
+    out = tmp_path / "r.jsonl"
+    args = ["sweep", "--models", "tiny-qwen2", "--ctx", "16", "--modes", "eager,static", "--output", str(out),
+            *COMMON]
+    assert cli.main(args) == 0
+    assert len(lines(out)) == 2
+    assert cli.main(args) == 0
+    assert len(lines(out)) == 2  # nothing to do
+    assert cli.main(args + ["--rerun"]) == 0
+    assert len(lines(out)) == 4
+
+
+def test_corrupt_line_before_the_last_is_an_error(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"schema_version": 1}\nnot json\n{"schema_version": 1}\n')
+    rc = cli.main(["sweep", "--models", "tiny-qwen2", "--ctx", "16", "--modes", "eager", "--output", str(out),
+                   *COMMON])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out}:2" in err[0]
+
+
+def test_dry_run_lists_cells_floors_and_memory(tmp_path, capsys):
+    rc = cli.main(["sweep", "--models", "qwen2.5-7b,tiny-llama", "--ctx", "2048,16384", "--modes", "eager,static",
+                   "--dry-run", "--output", str(tmp_path / "none.jsonl"), "--device", "cpu"])
+    assert rc == 0
+    o = capsys.readouterr().out
+    assert "8 cells" in o and "qwen2.5-7b ctx 16384 static" in o
+    assert "14.26" in o  # qwen2.5-7b ctx 2048 strict floor, GB
+    assert "max position 8192" in o  # tiny-llama at 16384
+    assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_default_grid_is_the_studys():
+    assert sweep.DEFAULT_MODELS == ["qwen2.5-7b", "llama-3.1-8b", "mistral-7b-v0.3"]
+    assert sweep.DEFAULT_CTXS == [2048, 4096, 8192, 16384] and sweep.DEFAULT_MODES == ["eager", "graph"]
+
+
+def test_graph_on_cpu_and_gpus_on_cpu_are_errors(tmp_path, capsys):
+    rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "graph", "--device", "cpu",
+                   "--output", str(tmp_path / "x.jsonl")])
+    assert rc == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+    rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--device", "cpu",
+                   "--gpus", "0,1", "--output", str(tmp_path / "x.jsonl")])
+    assert rc == 2 and "--gpus" in capsys.readouterr().err
+
+
+def test_ray_local_instance_runs_tiny_cells(tmp_path):
+    ray = pytest.importorskip("ray", reason="floorline[ray] not installed")
+    out = tmp_path / "r.jsonl"
+    try:
+        rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16,24", "--modes", "eager", "--ray",
+                       "--output", str(out), *COMMON])
+    finally:
+        ray.shutdown()
+    assert rc == 0
+    recs = lines(out)
+    assert sorted(r["ctx"] for r in recs) == [16, 24]
+    assert all(r["valid"] and r["executor"] == "ray" for r in recs)
