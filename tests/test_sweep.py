@@ -176,3 +176,41 @@ def test_ray_local_instance_runs_tiny_cells(tmp_path):
     recs = lines(out)
     assert sorted(r["ctx"] for r in recs) == [16, 24]
     assert all(r["valid"] and r["executor"] == "ray" for r in recs)
+
+
+def test_gpus_executor_gives_each_process_one_gpu(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_run_cell(cell, timeout_s, env=None, on_start=None):
+        seen.append((cell.ctx, env["CUDA_VISIBLE_DEVICES"], cell.run.device))
+        time.sleep(0.05)
+        return [sweep.failure_record(cell, "fake")]
+
+    monkeypatch.setattr(sweep, "run_cell", fake_run_cell)
+    cells = sweep.plan(["tiny-llama"], [16, 24, 32, 40, 48], ["eager"], RunConfig("", [], [], device="cpu"))
+    out = tmp_path / "r.jsonl"
+    cfg = sweep.SweepConfig(cells, str(out), gpus=[0, 1])
+    done = []
+    sweep.run_sweep(cfg, cells, started=lambda c: None, finished=lambda c, r: done.append(c.ctx))
+    assert sorted(done) == [16, 24, 32, 40, 48]
+    assert {g for _, g, _ in seen} == {"0", "1"}  # both GPUs used
+    assert all(dev == "cuda" for _, _, dev in seen)
+    recs = lines(out)
+    assert sorted(r["ctx"] for r in recs) == [16, 24, 32, 40, 48]
+    assert {r["gpu_index"] for r in recs} == {0, 1}
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "floorline", "sweep", "--models", "tiny-llama", "--ctx", "16,24,32,40",
+           "--modes", "eager", "--output", str(out), *COMMON]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 1):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "run the same command to resume" in err
+    recs = lines(out)
+    assert 1 <= len(recs) < 4 and all(r["valid"] for r in recs)
