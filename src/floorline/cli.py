@@ -268,6 +268,23 @@ def _names(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+# --------------------------------------------------------------------------------------------------------- predict
+def cmd_predict(args) -> int:
+    from floorline import predict, specs, zoo
+
+    a = zoo.resolve(args.model)
+    gpu = specs.lookup(args.gpu)
+    cal = predict.calibrate_from(args.from_) if args.from_ else predict.calibrate_published()
+    preds = [predict.predict(cal, a, args.ctx, gpu, m, args.dtype) for m in _names(args.mode)]
+    if args.format == "json":
+        out.print_json(json.dumps({"calibration": predict.format_calibration(cal), "predictions": preds}))
+        return 0
+    out.print(predict.format_calibration(cal), markup=False)
+    for p in preds:
+        out.print(predict.format_prediction(p), markup=False)
+    return 0
+
+
 # --------------------------------------------------------------------------------------------------------- explain
 def cmd_explain(args) -> int:
     from pathlib import Path
@@ -376,6 +393,17 @@ def build_parser() -> Parser:
     w.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="send each cell to a Ray cluster (default: a local instance); needs floorline[ray]")
     w.set_defaults(fn=cmd_sweep)
+
+    q = sub.add_parser("predict", parents=[common], help="predict a step on a GPU you do not have (two-term model)")
+    q.add_argument("--model", required=True, help="zoo name or a local directory")
+    q.add_argument("--ctx", type=int, required=True)
+    q.add_argument("--gpu", required=True, help="a key from `floorline specs`")
+    q.add_argument("--mode", default="eager,graph", help="comma-separated modes (default eager,graph)")
+    q.add_argument("--dtype", default="bf16")
+    q.add_argument("--from", dest="from_", nargs="+", metavar="RESULTS",
+                   help="JSON-lines results to calibrate on (default: the study's published values)")
+    q.add_argument("--format", choices=["text", "json"], default="text")
+    q.set_defaults(fn=cmd_predict)
 
     e = sub.add_parser("explain", parents=[common, cell], help="profile a few steps: where the gap to the floor goes")
     e.add_argument("--mode", default="all", help="modes to compare side by side, comma-separated, or all")

@@ -1,0 +1,272 @@
+"""predict: calibration recovers known parameters from synthetic records; the published calibration reproduces the
+published cells; the validation numbers in predict.py's docstring; bad inputs are one-line UserErrors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from floorline import floor, predict, specs, zoo
+from floorline.errors import UserError
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "h200"
+
+# the generating parameters of the synthetic records
+ETA, OVERHEAD_MS = 0.62, 1.7
+COMPILE_ETA, COMPILE_OVERHEAD_MS = 0.8, 0.9
+LAUNCH_US = {"eager": 21.0, "static": 7.5}
+KERNELS = {"eager": (44.0, 25.0), "static": (52.0, 40.0), "graph": (52.0, 40.0)}  # (per layer, fixed)
+MODELS = ("qwen2.5-7b", "llama-3.1-8b", "llama-3.2-1b")  # 28, 32 and 16 layers
+GPUS = ("l4", "a100-80gb-sxm", "h100-sxm")
+
+
+def true_step_ms(model: str, ctx: int, gpu: specs.GpuSpec, mode: str) -> float:
+    a = zoo.ZOO[model]
+    ms = floor.floor(a, ctx).bytes / (gpu.peak_gbps * 1e9) * 1e3
+    if mode == "compile":
+        return ms / COMPILE_ETA + COMPILE_OVERHEAD_MS
+    t = ms / ETA + OVERHEAD_MS
+    if mode in LAUNCH_US:
+        per_layer, fixed = KERNELS[mode]
+        t += (per_layer * a.layers + fixed) * LAUNCH_US[mode] / 1e3
+    return t
+
+
+def synthetic_records(noise: float = 0.01, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    recs = []
+    for g in GPUS:
+        gpu = specs.lookup(g)
+        for model in MODELS:
+            for ctx in (2048, 8192):
+                for mode in predict.MODES:
+                    t = true_step_ms(model, ctx, gpu, mode) * (1 + noise * rng.standard_normal())
+                    recs.append({"schema_version": 1, "kind": "cell", "model": model, "ctx": ctx, "mode": mode,
+                                 "dtype": "bf16", "quant": "none", "valid": True, "gpu_key": g,
+                                 "peak_gbps": gpu.peak_gbps, "step_ms_median": t,
+                                 "floor_bytes": floor.floor(zoo.ZOO[model], ctx).bytes})
+    for model in MODELS:  # kernel counts, as `floorline explain` on a GPU records them
+        for mode, (per_layer, fixed) in KERNELS.items():
+            recs.append({"schema_version": 1, "kind": "explain", "model": model, "ctx": 2048, "mode": mode,
+                         "device": "cuda:0", "kernels_per_step": per_layer * zoo.ZOO[model].layers + fixed})
+    # noise that must be ignored: an invalid cell, a CPU cell (no peak), a quantised cell, an A/B summary
+    junk = dict(recs[0], step_ms_median=1e-3)
+    recs += [dict(junk, valid=False), dict(junk, peak_gbps=None), dict(junk, quant="int4"),
+             {"schema_version": 1, "kind": "ab_summary", "model": "qwen2.5-7b", "ctx": 2048}]
+    return recs
+
+
+def test_calibrate_recovers_synthetic_parameters():
+    cal = predict.calibrate(synthetic_records())
+    assert cal.convention == "strict" and cal.overhead_fitted
+    assert cal.eta == pytest.approx(ETA, rel=0.02)
+    assert cal.overhead_ms == pytest.approx(OVERHEAD_MS, rel=0.1)
+    assert cal.compile_fit[0] == pytest.approx(COMPILE_ETA, rel=0.02)
+    assert cal.compile_fit[1] == pytest.approx(COMPILE_OVERHEAD_MS, rel=0.15)
+    for mode, us in LAUNCH_US.items():
+        assert cal.launch_us_per_kernel[mode] == pytest.approx(us, rel=0.03), mode
+    for mode, (per_layer, fixed) in KERNELS.items():  # explain counts at 16, 28, 32 layers: a and b both fitted
+        assert cal.kernels.per_layer[mode] == pytest.approx(per_layer)
+        assert cal.kernels.fixed[mode] == pytest.approx(fixed)
+    cells = len(GPUS) * len(MODELS) * 2 * len(predict.MODES)
+    assert len(cal.residuals) == cells and cal.n_records == cells + len(MODELS) * len(KERNELS)
+    assert max(abs(r["error_pct"]) for r in cal.residuals) < 5  # 1% noise
+
+
+def test_calibrate_without_noise_is_exact():
+    cal = predict.calibrate(synthetic_records(noise=0.0))
+    assert cal.eta == pytest.approx(ETA, rel=1e-6) and cal.overhead_ms == pytest.approx(OVERHEAD_MS, rel=1e-6)
+    assert cal.launch_us_per_kernel["eager"] == pytest.approx(LAUNCH_US["eager"], rel=1e-6)
+    assert max(abs(r["error_pct"]) for r in cal.residuals) < 1e-6
+
+
+@pytest.mark.parametrize("mode", predict.MODES)
+@pytest.mark.parametrize("gpu", ["b200", "l40s", "jetson-agx-thor"])  # none of them in the calibration
+def test_predict_unseen_gpu_matches_generating_formula(gpu, mode):
+    cal = predict.calibrate(synthetic_records())
+    g = specs.lookup(gpu)
+    p = predict.predict(cal, zoo.ZOO["mistral-7b-v0.3"], 4096, g, mode)
+    want = true_step_ms("mistral-7b-v0.3", 4096, g, mode)
+    assert p["step_ms"] == pytest.approx(want, rel=0.03)
+    assert not p["in_calibration"]
+    assert p["floor_bytes"] == floor.floor(zoo.ZOO["mistral-7b-v0.3"], 4096).bytes
+    assert p["floor_ms_peak"] == pytest.approx(p["floor_bytes"] / (g.peak_gbps * 1e9) * 1e3)
+    assert p["fraction_of_floor_peak"] == pytest.approx(p["floor_ms_peak"] / p["step_ms"])
+    assert p["tokens_per_s"] == pytest.approx(1e3 / p["step_ms"])
+    assert p["step_ms"] == pytest.approx(p["bandwidth_term_ms"] + p["overhead_ms"] + p["launch_term_ms"])
+    assert (p["launch_term_ms"] > 0) == (mode in predict.HOST_MODES)
+
+
+def test_one_gpu_calibration_fixes_overhead_at_zero():
+    recs = [r for r in synthetic_records(noise=0.0) if r.get("gpu_key") in ("h100-sxm", None)]
+    cal = predict.calibrate(recs)
+    assert not cal.overhead_fitted and cal.overhead_ms == 0.0
+    assert 0 < cal.eta < ETA  # eta absorbs the fixed time
+    text = predict.format_prediction(predict.predict(cal, zoo.ZOO["qwen2.5-7b"], 2048, specs.lookup("l4"), "graph"))
+    assert "not separable" in text
+
+
+def test_calibrate_published_reproduces_published_cells():
+    pub = json.loads((Path(predict.__file__).parent / "data" / "published.json").read_text())
+    cal = predict.calibrate_published()
+    assert cal.convention == "paper" and "published" in cal.source and cal.n_records == 4
+    assert set(cal.gpus) == {"h100-sxm", "l4"} and cal.overhead_fitted
+    assert cal.eta == pytest.approx(0.988, abs=0.002) and cal.overhead_ms == pytest.approx(8.84, abs=0.02)
+    assert cal.launch_us_per_kernel["eager"] == pytest.approx(1.98, abs=0.02)
+    ratio = {ab["gpu_key"]: ab["ratio_mean"] for ab in pub["cuda_graphs_ab"]}
+    for cell in pub["cells"]:
+        g = specs.lookup(cell["gpu_key"])
+        eager = predict.predict(cal, zoo.ZOO[cell["model"]], cell["ctx"], g, "eager")
+        graph = predict.predict(cal, zoo.ZOO[cell["model"]], cell["ctx"], g, "graph")
+        assert eager["in_calibration"] and eager["convention"] == "paper"
+        assert graph["step_ms"] == pytest.approx(cell["step_ms_median"] / ratio[g.key], rel=1e-3)  # 2 points, 2 params
+        assert eager["step_ms"] == pytest.approx(cell["step_ms_median"], rel=0.06)  # one launch cost for two hosts
+        assert eager["fraction_of_floor_peak"] == pytest.approx(cell["paper_fraction_of_floor_peak"], abs=0.02)
+    # the L4 floor in the paper convention, as the study counts it
+    l4 = predict.predict(cal, zoo.ZOO["qwen2.5-7b"], 2048, specs.lookup("l4"), "eager")
+    assert l4["floor_bytes"] == 15_348_673_536 and l4["floor_ms_peak"] == pytest.approx(51.16, abs=0.01)
+
+
+def test_format_prediction_shows_inputs_source_and_caveat():
+    cal = predict.calibrate_published()
+    p = predict.predict(cal, zoo.ZOO["llama-3.1-8b"], 8192, specs.lookup("h200"), "eager")
+    text = predict.format_prediction(p)
+    assert text.splitlines()[0].startswith("predicted llama-3.1-8b ctx 8192 eager bf16 on H200")
+    for s in (f"{p['floor_bytes']:,} B", "paper floor", "4800 GB/s", f"eta {p['eta']:.3f}", "kernels x",
+              "published values", "caveat:", "host CPU", f"{p['step_ms']:.2f} ms/step"):
+        assert s in text, s
+    fit = predict.format_calibration(cal)
+    assert "eta 0.988, fixed 8.84 ms; launch eager 1.98 us/kernel" in fit
+    assert sum(ln.lstrip().startswith(("h100-sxm", "l4")) for ln in fit.splitlines()) == 4  # the 4 residual rows
+
+
+# ---------------------------------------------------------------------------------- the documented validation
+def _h200(name: str) -> list[dict]:
+    from floorline import records
+
+    path = RESULTS / name
+    if not path.is_file():
+        pytest.skip(f"{path} is not in this checkout")
+    return records.read(path)
+
+
+def test_validation_h200_across_models_and_contexts():
+    core = _h200("core_run.jsonl")
+    explain = _h200("explain_qwen2.5-7b_ctx2048.jsonl")
+    cal = predict.calibrate([r for r in core if (r["model"], r["ctx"]) == ("qwen2.5-7b", 2048)] + explain)
+    assert cal.eta == pytest.approx(0.356, abs=0.001) and cal.overhead_ms == 0.0
+    assert cal.launch_us_per_kernel["eager"] == pytest.approx(65.2, abs=0.1)
+    assert cal.launch_us_per_kernel["static"] == pytest.approx(17.0, abs=0.1)
+    measured = {(r["model"], r["ctx"], r["mode"]): r["step_ms_median"] for r in core}
+    h200 = specs.lookup("h200")
+
+    def err_pct(model, ctx, mode):
+        p = predict.predict(cal, zoo.ZOO[model], ctx, h200, mode)
+        return 100 * (p["step_ms"] / measured[(model, ctx, mode)] - 1)
+
+    # the numbers in predict.py's docstring
+    assert err_pct("llama-3.1-8b", 2048, "graph") == pytest.approx(-3.1, abs=0.5)
+    assert err_pct("llama-3.1-8b", 2048, "eager") == pytest.approx(1.7, abs=0.5)
+    assert err_pct("llama-3.1-8b", 8192, "graph") == pytest.approx(-29.1, abs=0.5)
+    assert err_pct("llama-3.1-8b", 8192, "eager") == pytest.approx(80.4, abs=1)
+    assert err_pct("qwen2.5-7b", 8192, "graph") == pytest.approx(-24.6, abs=0.5)
+    assert err_pct("qwen2.5-7b", 8192, "eager") == pytest.approx(5.8, abs=0.5)
+
+
+def test_validation_published_to_h200():
+    core = _h200("core_run.jsonl")
+    measured = {(r["model"], r["ctx"], r["mode"]): r["step_ms_median"] for r in core}
+    cal = predict.calibrate_published()
+    q = zoo.ZOO["qwen2.5-7b"]
+    graph = predict.predict(cal, q, 2048, specs.lookup("h200"), "graph")["step_ms"]
+    eager = predict.predict(cal, q, 2048, specs.lookup("h200"), "eager")["step_ms"]
+    assert graph == pytest.approx(12.08, abs=0.01) and eager == pytest.approx(14.67, abs=0.01)
+    assert 100 * (graph / measured[("qwen2.5-7b", 2048, "graph")] - 1) == pytest.approx(44.8, abs=0.5)
+    assert 100 * (eager / measured[("qwen2.5-7b", 2048, "eager")] - 1) == pytest.approx(-84.4, abs=0.5)
+
+
+# ------------------------------------------------------------------------------------------------- bad inputs
+def _graph_only(recs):
+    return [r for r in recs if r.get("mode") == "graph" and r.get("kind") == "cell"]
+
+
+@pytest.mark.parametrize("recs, match", [
+    ([], "no usable records"),
+    ([{"kind": "cell", "model": "qwen2.5-7b", "ctx": 2048, "mode": "eager", "valid": True, "peak_gbps": None,
+       "step_ms_median": 70.0, "floor_bytes": 1}], "no usable records"),  # a CPU run: no datasheet peak
+    ([{"kind": "cell", "model": "qwen2.5-7b", "ctx": 2048, "mode": "eager", "valid": True, "peak_gbps": 300,
+       "gpu_key": "l4", "step_ms_median": 62.0, "floor_bytes": 14_258_743_296}], "no usable graph records"),
+])
+def test_calibrate_bad_inputs(recs, match):
+    with pytest.raises(UserError, match=match):
+        predict.calibrate(recs)
+
+
+def test_predict_bad_inputs(tmp_path):
+    pub = predict.calibrate_published()
+    q, h200 = zoo.ZOO["qwen2.5-7b"], specs.lookup("h200")
+    with pytest.raises(UserError, match="unknown mode"):
+        predict.predict(pub, q, 2048, h200, "turbo")
+    with pytest.raises(UserError, match="no compile records"):
+        predict.predict(pub, q, 2048, h200, "compile")
+    with pytest.raises(UserError, match="static/graph pair"):
+        predict.predict(pub, q, 2048, h200, "static")
+    with pytest.raises(UserError, match="--ctx"):
+        predict.predict(pub, q, 0, h200, "graph")
+    with pytest.raises(UserError, match="--ctx"):
+        predict.predict(pub, q, q.max_pos + 1, h200, "graph")
+    graph_only = predict.calibrate(_graph_only(synthetic_records()))
+    with pytest.raises(UserError, match="eager/graph pair"):
+        predict.predict(graph_only, q, 2048, h200, "eager")
+    no_kernels = predict.Calibration(eta=0.5, overhead_ms=0.0, launch_us_per_kernel={"eager": 10.0},
+                                     kernels=predict.KernelModel({}, {}, "none"), source="test",
+                                     convention="strict", n_records=1)
+    with pytest.raises(UserError, match="no kernel-count model for mode eager"):
+        predict.predict(no_kernels, q, 2048, h200, "eager")
+    with pytest.raises(UserError, match="no such file"):
+        predict.calibrate_from([str(tmp_path / "missing.jsonl")])
+    (tmp_path / "cpu.jsonl").write_text(json.dumps({"schema_version": 1, "kind": "cell", "model": "qwen2.5-0.5b",
+                                                    "ctx": 2048, "mode": "eager", "valid": True, "peak_gbps": None,
+                                                    "step_ms_median": 74.0}) + "\n")
+    with pytest.raises(UserError, match="no usable records"):
+        predict.calibrate_from([str(tmp_path / "cpu.jsonl")])
+
+
+def test_predict_module_does_not_import_torch():
+    import ast
+
+    tree = ast.parse(Path(predict.__file__).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+             for a in n.names} | {n.module.split(".")[0] for n in ast.walk(tree)
+                                  if isinstance(n, ast.ImportFrom) and n.module}
+    assert "torch" not in names and "transformers" not in names
+
+
+def test_eta_never_exceeds_one():
+    # graph steps faster than the datasheet floor (a bad timing) do not produce eta > 1
+    recs = [r for r in synthetic_records(noise=0.0) if r.get("mode") == "graph" and r.get("gpu_key") == "h100-sxm"
+            and r.get("valid")]
+    fast = [dict(r, step_ms_median=0.5 * r["floor_bytes"] / (r["peak_gbps"] * 1e9) * 1e3) for r in recs]
+    assert predict.calibrate(fast).eta == pytest.approx(1.0)
+
+
+def test_cli_predict_from_results_and_published(capsys):
+    from floorline import cli
+
+    h200 = Path(__file__).resolve().parents[1] / "results" / "h200"
+    rc = cli.main(["predict", "--model", "llama-3.1-8b", "--ctx", "2048", "--gpu", "h200", "--mode", "graph",
+                   "--from", str(h200 / "core_run.jsonl"), "--format", "json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    p = doc["predictions"][0]
+    assert p["mode"] == "graph" and p["gpu_key"] == "h200" and p["step_ms"] > p["floor_ms_peak"]
+    rc = cli.main(["predict", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "l4"])
+    assert rc == 0
+    o = capsys.readouterr().out
+    assert "published values" in o and "caveat" in o
+    rc = cli.main(["predict", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "l4", "--mode", "compile"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "compile" in err[0]
