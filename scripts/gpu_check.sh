@@ -6,6 +6,8 @@
 #     run     floorline run --mode all: qwen2.5-7b and llama-3.1-8b at ctx 2048 and 8192        (issue: core)
 #     ab      floorline ab qwen2.5-7b ctx 2048: eager vs graph and static vs graph, N = 10     (issue: launch overhead)
 #     explain floorline explain qwen2.5-7b ctx 2048: eager, static, graph                        (issue: launch overhead)
+#     grid    floorline sweep: the study's default grid (3 models x 4 contexts x eager, graph), one fresh process
+#             per cell, on every GPU of the machine (--gpus), then floorline report              (issue: sweep/report)
 #     quick   one run cell (qwen2.5-7b, ctx 2048, all modes): a smoke test
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(tests run ab explain)
+[ ${#stages[@]} -eq 0 ] && stages=(tests run ab explain grid)
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c 'import torch, transformers, triton; print("torch", torch.__version__, "transformers", transformers.__version__, "triton", triton.__version__)'
@@ -40,6 +42,10 @@ for stage in "${stages[@]}"; do
       done ;;
     explain)
       fl explain --model qwen2.5-7b --ctx 2048 --mode eager,static,graph --out "$OUT" 2>&1 | tee "$OUT/explain.log" ;;
+    grid)
+      gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+      fl sweep --gpus "$gpus" --timeout 600 --output "$OUT/grid.jsonl" 2>&1 | grep -v '━' | tee "$OUT/grid.log"
+      fl report "$OUT/grid.jsonl" --out "$OUT/grid_report" 2>&1 | tee -a "$OUT/grid.log" ;;
     summary) ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
@@ -57,6 +63,11 @@ if os.path.exists(p):
     print(f"{r0['device_name']} driver {r0.get('driver_version')}, copy {r0['measured_gbps']:.0f} GB/s measured, "
           f"peak {r0['peak_gbps']} GB/s; torch {r0['torch_version']}, transformers {r0['transformers_version']}")
     print(display.markdown([r for r in recs if r.get("kind", "cell") == "cell"]))
+p = os.path.join(out, "grid.jsonl")
+if os.path.exists(p):
+    recs = records.read(p)
+    print(f"grid: {sum(bool(r.get('valid')) for r in recs)}/{len(recs)} cells valid")
+    print(display.markdown(recs))
 p = os.path.join(out, "ab.jsonl")
 if os.path.exists(p):
     from floorline.ab import headline

@@ -161,7 +161,7 @@ def summarize(cfg: ABConfig, key: str, done: dict[int, dict[str, dict]], failure
 
 def headline(s: dict) -> str:
     """The study's form: 'graph vs eager: 1.259x [1.253, 1.267], N=10'."""
-    lo, hi = s["ratio_mean_ci95"]
+    lo, hi = s.get("ratio_mean_ci95") or (None, None)
     ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else " [no interval: N < 2]"
     faster = "faster" if s["ratio_mean"] >= 1 else "slower"
     return f"{s['arm_b']} vs {s['arm_a']}: {s['ratio_mean']:.3f}x{ci}, N={s['n_sessions']} ({s['arm_b']} {faster})"

@@ -268,6 +268,18 @@ def _names(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+# ---------------------------------------------------------------------------------------------------------- report
+def cmd_report(args) -> int:
+    from floorline import report
+
+    recs, notes = report.load_results(args.results)
+    for n in notes:
+        err.print(n)
+    files = report.write_report(recs, args.out, notes)
+    err.print(f"wrote {len(files)} files to {args.out}: {', '.join(f.name for f in files)}")
+    return 0
+
+
 # --------------------------------------------------------------------------------------------------------- predict
 def cmd_predict(args) -> int:
     from floorline import predict, specs, zoo
@@ -393,6 +405,11 @@ def build_parser() -> Parser:
     w.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="send each cell to a Ray cluster (default: a local instance); needs floorline[ray]")
     w.set_defaults(fn=cmd_sweep)
+
+    rp = sub.add_parser("report", parents=[common], help="merge results from many machines into tables and plots")
+    rp.add_argument("results", nargs="+", help="JSON-lines results files (or folders of them)")
+    rp.add_argument("--out", default="report", help="folder for report.md, results.csv, PNGs, index.html")
+    rp.set_defaults(fn=cmd_report)
 
     q = sub.add_parser("predict", parents=[common], help="predict a step on a GPU you do not have (two-term model)")
     q.add_argument("--model", required=True, help="zoo name or a local directory")

@@ -27,7 +27,8 @@ ENERGY_WINDOW_S = 2.0  # NVML's energy counter updates about every 100 ms: measu
 ENERGY_MAX_TOKENS = 512  # cache room reserved for the energy window
 SLACK_TOKENS = 8  # cache room for a runtime's prepare steps (graph: 2, compile: 3)
 RESULT_KEYS = ("step_ms_median", "step_ms_p90", "samples_ms", "floor_ms_peak", "floor_ms_measured",
-               "fraction_of_floor_peak", "fraction_of_floor_measured", "tokens_per_s", "achieved_gbps")
+               "fraction_of_floor_peak", "fraction_of_floor_measured", "tokens_per_s", "achieved_gbps",
+               "paper_floor_ms_peak", "paper_fraction_of_floor_peak")
 
 
 @dataclass

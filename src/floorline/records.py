@@ -36,6 +36,8 @@ def append(path: str | os.PathLike, records: list[dict]) -> None:
 
 def read(path: str | os.PathLike) -> list[dict]:
     """Every record of a JSON-lines file; a corrupt line or a newer schema is an error naming file and line."""
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such results file")
     out = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -46,8 +48,10 @@ def read(path: str | os.PathLike) -> list[dict]:
             except json.JSONDecodeError as e:
                 raise UserError(f"{path}:{n}: not a JSON record ({e.msg}); remove or repair that line") from None
             v = r.get("schema_version") if isinstance(r, dict) else None
-            if not isinstance(v, int) or v > SCHEMA_VERSION:
-                raise UserError(f"{path}:{n}: schema_version {v!r} is not one this floorline reads "
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise UserError(f"{path}:{n}: not a floorline record (no valid schema_version); remove that line")
+            if v > SCHEMA_VERSION:
+                raise UserError(f"{path}:{n}: schema_version {v} is newer than this floorline reads "
                                 f"(<= {SCHEMA_VERSION}); upgrade floorline")
             out.append(r)
     return out

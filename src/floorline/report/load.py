@@ -1,0 +1,68 @@
+"""Reading results from many machines into one list: every file read strictly, duplicates dropped.
+
+Owns merging only. records.read does the per-line checks (a corrupt line or a newer schema_version is a UserError
+naming file and line); this module adds what only shows across files: missing files and duplicate run_ids.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from floorline import records
+from floorline.errors import UserError
+
+
+def result_files(paths: list[str]) -> list[Path]:
+    """The files to read: each path as given, or the *.jsonl files under a directory (sorted)."""
+    if not paths:
+        raise UserError("no results given; name one or more JSON-lines files written by `floorline run` or `ab`")
+    out: list[Path] = []
+    for s in paths:
+        p = Path(s)
+        if p.is_dir():
+            found = sorted(p.rglob("*.jsonl"))
+            if not found:
+                raise UserError(f"{p}: no *.jsonl files in this directory")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise UserError(f"{p}: no such results file")
+    return out
+
+
+def identity(rec: dict) -> str:
+    """What makes two records the same: run_id, or the whole record where there is none (explain records)."""
+    rid = rec.get("run_id")
+    return f"run_id:{rid}" if rid else "record:" + json.dumps(rec, sort_keys=True)
+
+
+def load_results(paths: list[str]) -> tuple[list[dict], list[str]]:
+    """Records of every file, in file order, each record once; and notes on what was merged or dropped."""
+    files = result_files(paths)
+    merged: list[dict] = []
+    seen: dict[str, tuple[dict, Path]] = {}
+    dropped, conflicts = 0, []
+    for f in files:
+        for rec in records.read(f):
+            key = identity(rec)
+            if key in seen:
+                dropped += 1
+                first, where = seen[key]
+                if first != rec:
+                    conflicts.append(f"run_id {rec.get('run_id')} in {f} differs from the one in {where}; "
+                                     f"kept the one in {where}")
+                continue
+            seen[key] = (rec, f)
+            merged.append(rec)
+    notes = [f"read {len(merged) + dropped} records from {len(files)} file{'s' * (len(files) != 1)}"]
+    if dropped:
+        notes.append(f"dropped {dropped} duplicate record{'s' * (dropped != 1)} (same run_id, or the same record "
+                     f"where there is no run_id)")
+    notes += conflicts
+    cells = [r for r in merged if (r.get("kind") or "cell") == "cell"]
+    missing = sorted({k for r in cells for k in records.REQUIRED_KEYS if k not in r})
+    if missing:
+        notes.append(f"some cell records lack {', '.join(missing)}; shown as '-'")
+    return merged, notes

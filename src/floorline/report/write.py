@@ -1,0 +1,30 @@
+"""write_report: results.csv, the PNG plots, report.md and index.html in one directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from floorline import display
+from floorline.errors import UserError
+from floorline.report import cells, html, markdown, plots, sections
+
+
+def write_report(records: list[dict], out_dir: str, notes: list[str] | None = None) -> list[Path]:
+    """Creates out_dir; returns the files written (results.csv, the plots, report.md, index.html)."""
+    if not records:
+        raise UserError("nothing to report: the results hold no records")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory; give --out a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    csv_path = out / "results.csv"
+    csv_path.write_text(display.csv_text(records), encoding="utf-8")
+    written.append(csv_path)
+    figures = plots.write_all(cells.study_cells(records), out)
+    written += [out / f.src for f in figures]
+    doc = sections.document(records, figures, notes)
+    for name, text in (("report.md", markdown.render(doc)), ("index.html", html.render(doc))):
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+    return written
