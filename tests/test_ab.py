@@ -113,3 +113,20 @@ def test_ab_same_arms_is_an_error(capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "same configuration" in err[0]
+
+
+def test_ab_bad_arm_or_ctx_fails_before_any_session(tmp_path, capsys):
+    import time
+
+    out = tmp_path / "ab.jsonl"
+    for bad in (["--ctx", "0"], ["--ctx", "9000"], ["--b", "graph"]):
+        args = ["ab", "--model", "tiny-llama", "--ctx", "32", "--a", "eager", "--b", "static", "--device", "cpu",
+                "--output", str(out)]
+        for i in range(0, len(bad), 2):
+            args[args.index(bad[i]) + 1] = bad[i + 1]
+        t0 = time.perf_counter()
+        rc = cli.main(args)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1, err
+        assert time.perf_counter() - t0 < 5  # no session process was started
+    assert not out.exists()

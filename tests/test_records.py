@@ -74,3 +74,16 @@ def test_missing_or_odd_schema_is_refused(tmp_path, line):
 def test_required_keys_are_unique_and_include_schema():
     assert len(set(records.REQUIRED_KEYS)) == len(records.REQUIRED_KEYS)
     assert "schema_version" in records.REQUIRED_KEYS and "samples_ms" in records.REQUIRED_KEYS
+
+
+def test_read_drop_torn_tail(tmp_path):
+    from floorline import records
+    from floorline.errors import UserError
+
+    p = tmp_path / "child.jsonl"
+    p.write_text('{"schema_version": 1, "a": 1}\n{"schema_version": 1, "a"')
+    with pytest.raises(UserError, match=":2:"):
+        records.read(p)
+    assert records.read(p, drop_torn_tail=True) == [{"schema_version": 1, "a": 1}]
+    p.write_text('{"schema_version": 1, "a": 1}')  # complete, only the newline missing: kept
+    assert records.read(p, drop_torn_tail=True) == [{"schema_version": 1, "a": 1}]

@@ -214,3 +214,41 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
     assert "run the same command to resume" in err
     recs = lines(out)
     assert 1 <= len(recs) < 4 and all(r["valid"] for r in recs)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (["--steps", "1"], "steps"), (["--warmup", "-1"], "warmup"), (["--attn", "flash"], "attention"),
+    (["--prefill-chunk", "0"], "prefill"), (["--timeout", "-1"], "timeout"), (["--ctx", "0"], "positive"),
+    (["--models", "gpt-5"], "unknown model"),
+])
+def test_bad_options_fail_the_sweep_without_poisoning_the_file(tmp_path, capsys, bad, match):
+    out = tmp_path / "r.jsonl"
+    args = ["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--output", str(out), *COMMON]
+    rc = cli.main(args + bad)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and match in err[0], err
+    assert not out.exists()  # nothing recorded: the corrected command runs every cell
+
+
+def test_attention_is_part_of_the_resume_key(tmp_path):
+    out = tmp_path / "r.jsonl"
+    args = ["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--output", str(out), *COMMON]
+    assert cli.main(args) == 0
+    assert cli.main(args + ["--attn", "eager"]) == 0
+    assert [r["attn_implementation"] for r in lines(out)] == ["sdpa", "eager"]
+
+
+def test_threads_reach_the_measuring_child(tmp_path):
+    out = tmp_path / "r.jsonl"
+    assert cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--threads", "1",
+                     "--output", str(out), *COMMON]) == 0
+    assert lines(out)[0]["torch_threads"] == 1
+
+
+def test_dry_run_does_not_repair_the_file(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"schema_version": 1, "kind": "cell"}\n{"schema_ver')
+    before = out.read_bytes()
+    assert cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--dry-run",
+                     "--output", str(out), "--device", "cpu"]) == 0
+    assert out.read_bytes() == before

@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from floorline import records, stats
+from floorline import records, stats, zoo
 from floorline.errors import UserError
 from floorline.launcher import run_fresh
-from floorline.measure import RunConfig
+from floorline.measure import RunConfig, expand_modes, resolve_device, validate
 from floorline.models import ATTN_IMPLEMENTATIONS, TORCH_DTYPES
 from floorline.runtimes import MODES
 
@@ -103,6 +103,13 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         raise UserError("--a and --b are the same configuration; give two different arms")
     if cfg.sessions < 1:
         raise UserError(f"--sessions must be >= 1, got {cfg.sessions}")
+    if cfg.resamples < 100:
+        raise UserError(f"--resamples must be >= 100 for a percentile interval, got {cfg.resamples}")
+    for arm in (cfg.a, cfg.b):  # fail before any session starts: a bad arm would fail all of them
+        arm_cfg = replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn)
+        a = zoo.resolve(arm_cfg.model)
+        validate(arm_cfg, a)
+        expand_modes(arm_cfg.modes, resolve_device(arm_cfg.device))
     key = cfg.key()
     have = records.read(output) if Path(output).exists() else []
     done = completed_sessions(have, key)
@@ -163,5 +170,4 @@ def headline(s: dict) -> str:
     """The study's form: 'graph vs eager: 1.259x [1.253, 1.267], N=10'."""
     lo, hi = s.get("ratio_mean_ci95") or (None, None)
     ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else " [no interval: N < 2]"
-    faster = "faster" if s["ratio_mean"] >= 1 else "slower"
-    return f"{s['arm_b']} vs {s['arm_a']}: {s['ratio_mean']:.3f}x{ci}, N={s['n_sessions']} ({s['arm_b']} {faster})"
+    return f"{s['arm_b']} vs {s['arm_a']}: {s['ratio_mean']:.3f}x{ci}, N={s['n_sessions']}"

@@ -84,6 +84,8 @@ def cmd_floor(args) -> int:
     from floorline import floor, specs, zoo
 
     a = zoo.resolve(args.model)
+    if not 0 < args.ctx <= a.max_pos:
+        raise UserError(f"--ctx must be in 1..{a.max_pos} for {a.name} (its max position), got {args.ctx}")
     fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
     f = floor.floor(a, args.ctx, fmt, args.convention)
     gpus = [specs.lookup(args.gpu)] if args.gpu else specs.GPUS
@@ -124,13 +126,9 @@ def _run_config(args, modes: list[str]):
 
     device = resolve_device(args.device)
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
-    if getattr(args, "threads", 0):
-        import torch
-
-        torch.set_num_threads(args.threads)
     return RunConfig(model=model, ctxs=args.ctx, modes=modes, dtype=args.dtype, device=args.device,
                      warmup=args.warmup, steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk,
-                     attn=args.attn)
+                     attn=args.attn, threads=args.threads)
 
 
 def cmd_run(args) -> int:
@@ -207,19 +205,18 @@ def cmd_sweep(args) -> int:
     from floorline import specs, sweep
     from floorline.measure import RunConfig
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if args.timeout <= 0:
+        raise UserError(f"--timeout must be positive seconds, got {args.timeout}")
     base = RunConfig(model="", ctxs=[], modes=[], dtype=args.dtype, device=args.device, warmup=args.warmup,
-                     steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn)
+                     steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
+                     threads=args.threads)
     cells = sweep.plan(_names(args.models), args.ctx, _names(args.modes), base)
     if args.gpus and args.ray is not None:
         raise UserError("--gpus and --ray both given; use one executor")
     if args.gpus and cells[0].run.device.startswith("cpu"):
         raise UserError("--gpus runs cells on GPUs; drop --device cpu")
     cfg = sweep.SweepConfig(cells, args.output, args.timeout, args.rerun, args.gpus, args.ray)
-    have = sweep.load_done(args.output, lambda m: err.print(f"warning: {m}"))
+    have = sweep.load_done(args.output, lambda m: err.print(f"warning: {m}"), repair=not args.dry_run)
     todo = sweep.todo_cells(cfg, have)
     if args.dry_run:
         names = sweep.nvml_gpu_names() if cells[0].run.device.startswith("cuda") else []
@@ -306,6 +303,8 @@ def cmd_explain(args) -> int:
     from floorline import explain, records
 
     cfg = _run_config(args, [m.strip() for m in args.mode.split(",") if m.strip()])
+    if args.profile_steps < 1:
+        raise UserError(f"--profile-steps must be >= 1, got {args.profile_steps}")
     with err.status("floorline explain") as status:
         rows = explain.explain(cfg, args.profile_steps, log=lambda m: status.update(m))
     r0 = rows[0]

@@ -48,7 +48,7 @@ def run_fresh(configs: list[RunConfig], tags: dict | None = None, timeout_s: flo
         except BaseException:  # Ctrl-C in the parent: take the child down with it
             kill(proc)
             raise
-        recs = records.read(out) if out.exists() else []
+        recs = records.read(out, drop_torn_tail=True) if out.exists() else []  # a child killed mid-write
     if why:
         tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-STDERR_TAIL_LINES:]
         why = why + (": " + " | ".join(tail) if tail else "")

@@ -45,6 +45,7 @@ class RunConfig:
     quant: str = "none"
     attn: str = "sdpa"  # transformers attention implementation: sdpa or eager
     energy: bool = True  # the ~2 s NVML energy window after the timed steps (GPU only)
+    threads: int = 0  # torch CPU threads in the measuring process; 0: torch's own choice
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -92,6 +93,8 @@ def validate(cfg: RunConfig, a: zoo.Arch) -> None:
         raise UserError(f"need --steps >= 2 and --warmup >= 0, got {cfg.steps} and {cfg.warmup}")
     if cfg.attn not in models.ATTN_IMPLEMENTATIONS:
         raise UserError(f"unknown attention {cfg.attn!r}; use one of {', '.join(models.ATTN_IMPLEMENTATIONS)}")
+    if cfg.threads < 0:
+        raise UserError(f"--threads must be >= 0 (0: torch's choice), got {cfg.threads}")
     if cfg.prefill_chunk <= 0:
         raise UserError(f"--prefill-chunk must be positive, got {cfg.prefill_chunk}")
     decode = cfg.warmup + cfg.steps + SLACK_TOKENS
@@ -161,6 +164,8 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     device = resolve_device(cfg.device)
     modes = expand_modes(cfg.modes, device)
     validate(cfg, a)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     nvml = system.Nvml(device) if device.type == "cuda" else None
     energy = cfg.energy and nvml is not None and nvml.energy_mj() is not None
     fmt = floor.weight_format(cfg.dtype)

@@ -34,24 +34,36 @@ def append(path: str | os.PathLike, records: list[dict]) -> None:
             os.fsync(f.fileno())
 
 
-def read(path: str | os.PathLike) -> list[dict]:
-    """Every record of a JSON-lines file; a corrupt line or a newer schema is an error naming file and line."""
+def read(path: str | os.PathLike, drop_torn_tail: bool = False) -> list[dict]:
+    """Every record of a JSON-lines file; a corrupt line or a newer schema is an error naming file and line.
+    drop_torn_tail: a last line without its newline that is not valid JSON (a write killed half-way) is skipped."""
     if not Path(path).is_file():
-        raise UserError(f"{path}: no such results file")
+        raise UserError(f"{path}: no such results file (or not a regular file)")
+    text = Path(path).read_text(encoding="utf-8")
+    if drop_torn_tail and not text.endswith("\n"):
+        head, _, tail = text.rpartition("\n")
+        try:
+            json.loads(tail)
+        except json.JSONDecodeError:
+            text = head + "\n" if head else ""
+    return parse(text, str(path))
+
+
+def parse(text: str, path: str) -> list[dict]:
+    """Records of JSON-lines text; `path` names the source in errors."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{n}: not a JSON record ({e.msg}); remove or repair that line") from None
-            v = r.get("schema_version") if isinstance(r, dict) else None
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise UserError(f"{path}:{n}: not a floorline record (no valid schema_version); remove that line")
-            if v > SCHEMA_VERSION:
-                raise UserError(f"{path}:{n}: schema_version {v} is newer than this floorline reads "
-                                f"(<= {SCHEMA_VERSION}); upgrade floorline")
-            out.append(r)
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{n}: not a JSON record ({e.msg}); remove or repair that line") from None
+        v = r.get("schema_version") if isinstance(r, dict) else None
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise UserError(f"{path}:{n}: not a floorline record (no valid schema_version); remove that line")
+        if v > SCHEMA_VERSION:
+            raise UserError(f"{path}:{n}: schema_version {v} is newer than this floorline reads "
+                            f"(<= {SCHEMA_VERSION}); upgrade floorline")
+        out.append(r)
     return out

@@ -34,9 +34,9 @@ def device_kind(device: str | None) -> str:
 
 
 def cell_key(rec: dict) -> tuple:
-    """What makes two records the same cell: model, ctx, mode, quant, dtype, device kind."""
+    """What makes two records the same cell: model, ctx, mode, quant, dtype, attention, device kind."""
     return (rec.get("model"), rec.get("ctx"), rec.get("mode"), rec.get("quant") or "none", rec.get("dtype"),
-            device_kind(rec.get("device")))
+            rec.get("attn_implementation") or "sdpa", device_kind(rec.get("device")))
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ class Cell:
     run: RunConfig  # one ctx, one mode
 
     def key(self) -> tuple:
-        return (self.arch.name, self.ctx, self.mode, self.run.quant, self.run.dtype, device_kind(self.run.device))
+        return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": self.mode, "quant": self.run.quant,
+                         "dtype": self.run.dtype, "attn_implementation": self.run.attn, "device": self.run.device})
 
     @property
     def label(self) -> str:
@@ -59,13 +60,17 @@ def plan(models_: list[str], ctxs: list[int], modes: list[str], base: RunConfig)
     """Every cell of the grid, in model -> ctx -> mode order. Bad models, modes or options fail here, before any run."""
     if not models_ or not ctxs or not modes:
         raise UserError("the grid is empty: give --models, --ctx and --modes")
+    archs = {m: zoo.resolve(m) for m in models_}
     device = resolve_device(base.device) if base.device != "auto" else None
     kind = device.type if device else ("cuda" if _cuda_visible() else "cpu")
     modes = expand_modes(modes, _Dev(kind))
     base = replace(base, device=base.device if base.device != "auto" else kind)
+    if min(ctxs) <= 0:
+        raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")
+    for m, a in archs.items():  # options wrong for every cell fail the sweep here, not each cell in the file;
+        validate(replace(base, model=m, ctxs=[1], modes=modes), a)  # a ctx past max position is per cell
     cells = []
-    for m in models_:
-        a = zoo.resolve(m)
+    for m, a in archs.items():
         for ctx in ctxs:
             for mode in modes:
                 cells.append(Cell(a, m, ctx, mode, replace(base, model=m, ctxs=[ctx], modes=[mode])))
@@ -104,9 +109,9 @@ def precheck(cell: Cell) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------- results file
-def load_done(path: str | os.PathLike, warn: Callable[[str], None]) -> list[dict]:
+def load_done(path: str | os.PathLike, warn: Callable[[str], None], repair: bool = True) -> list[dict]:
     """Records already in the results file. A truncated or corrupt *last* line (a kill mid-write) is discarded with a
-    warning and cut from the file, so its cell runs again; a corrupt line before the last is an error."""
+    warning and (repair=True) cut from the file, so its cell runs again; a corrupt line before the last is an error."""
     p = Path(path)
     if not p.exists():
         return []
@@ -129,6 +134,8 @@ def load_done(path: str | os.PathLike, warn: Callable[[str], None]) -> list[dict
             good_end -= len(lines[-1]) + 1
             lines.pop()
     if good_end < len(data):
+        if not repair:
+            return records.parse(data[:good_end].decode("utf-8"), str(p))
         with open(p, "r+b") as f:
             f.truncate(good_end)
             f.flush()
@@ -142,7 +149,8 @@ def failure_record(cell: Cell, reason: str) -> dict:
     f = floor.floor(cell.arch, cell.ctx, fmt, "strict")
     rec = {"schema_version": records.SCHEMA_VERSION, "kind": "cell", "run_id": uuid.uuid4().hex,
            "model": cell.arch.name, "model_path": cell.arch.path, "ctx": cell.ctx, "mode": cell.mode,
-           "quant": cell.run.quant, "dtype": cell.run.dtype, "device": cell.run.device, "device_name": None,
+           "quant": cell.run.quant, "dtype": cell.run.dtype, "attn_implementation": cell.run.attn,
+           "device": cell.run.device, "device_name": None,
            "floor_bytes": f.bytes, "valid": False, "reason": reason}
     for k in records.REQUIRED_KEYS:
         rec.setdefault(k, None)
@@ -208,6 +216,8 @@ def run_gpus(cells: list[Cell], gpus: list[int], timeout_s: float | None, sink: 
                                 env={"CUDA_VISIBLE_DEVICES": str(gpu)}, on_start=procs.add)
             except BaseException as e:  # keep the other GPUs going; re-raised below
                 errors.append(e)
+                return
+            if stop.is_set():  # Ctrl-C killed this child: no record, so resume runs the cell again
                 return
             with lock:
                 for r in recs:

@@ -165,7 +165,8 @@ def explain_section(doc: Document, recs: list[dict]) -> None:
 def document(records: list[dict], figures: list[Figure], notes: list[str] | None = None) -> Document:
     cells = C.study_cells(records)
     ab_cells = [r for r in C.of_kind(records, "cell") if r.get("ab_key")]
-    summaries = C.of_kind(records, "ab_summary")
+    # an A/B rerun (resumed or extended) appends a new summary: keep the last of each experiment
+    summaries = list({s.get("ab_key") or id(s): s for s in C.of_kind(records, "ab_summary")}.values())
     explains = C.of_kind(records, "explain")
     other = sorted({C.kind(r) for r in records} - {"cell", "ab_summary", "explain"})
 
