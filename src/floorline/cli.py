@@ -184,6 +184,7 @@ def cmd_ab(args) -> int:
     out.print(ab.headline(s))
     out.print(f"geometric mean {s['ratio_gmean']:.3f}x" + (f" [{glo:.3f}, {ghi:.3f}]" if glo is not None else "")
               + f"; 95% percentile bootstrap, {s['bootstrap_resamples']} resamples, seed {s['seed']}")
+    sys.stdout.flush()  # the table before the notes when both streams go to one pipe
     for f in s["failed_sessions"]:
         err.print(f"failed: {f}")
     err.print(f"sessions and summary appended to {args.output}")
