@@ -135,7 +135,7 @@ def cmd_run(args) -> int:
     from floorline import display, records
     from floorline.measure import measure_cells
 
-    cfg = _run_config(args, [m.strip() for m in args.mode.split(",") if m.strip()])
+    cfg = _run_config(args, _names(args.mode))
     done: list[dict] = []
     with err.status(f"floorline run {cfg.model}") as status:
         for rec in measure_cells(cfg, log=lambda s: status.update(s), debug=args.debug):
@@ -192,12 +192,6 @@ def cmd_ab(args) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------------- sweep
-def sweep_defaults(what: str) -> list:
-    from floorline import sweep
-
-    return {"models": sweep.DEFAULT_MODELS, "ctxs": sweep.DEFAULT_CTXS, "modes": sweep.DEFAULT_MODES}[what]
-
-
 def cmd_sweep(args) -> int:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
@@ -211,7 +205,9 @@ def cmd_sweep(args) -> int:
     base = RunConfig(model="", ctxs=[], modes=[], dtype=args.dtype, device=args.device, warmup=args.warmup,
                      steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
                      threads=args.threads)
-    cells = sweep.plan(_names(args.models), args.ctx, _names(args.modes), base)
+    # defaults filled here, not in the parser: importing sweep imports torch, which `floorline floor` never needs
+    cells = sweep.plan(_names(args.models) if args.models else sweep.DEFAULT_MODELS, args.ctx or sweep.DEFAULT_CTXS,
+                       _names(args.modes) if args.modes else sweep.DEFAULT_MODES, base)
     if args.gpus and args.ray is not None:
         raise UserError("--gpus and --ray both given; use one executor")
     if args.gpus and cells[0].run.device.startswith("cpu"):
@@ -303,7 +299,7 @@ def cmd_explain(args) -> int:
 
     from floorline import explain, records
 
-    cfg = _run_config(args, [m.strip() for m in args.mode.split(",") if m.strip()])
+    cfg = _run_config(args, _names(args.mode))
     if args.profile_steps < 1:
         raise UserError(f"--profile-steps must be >= 1, got {args.profile_steps}")
     with err.status("floorline explain") as status:
@@ -393,10 +389,10 @@ def build_parser() -> Parser:
     b.set_defaults(fn=cmd_ab)
 
     w = sub.add_parser("sweep", parents=[common, opts], help="the study's grid, one fresh process per cell, resumable")
-    w.add_argument("--models", default=",".join(sweep_defaults("models")),
-                   help="comma-separated zoo names or directories (default: the study's trio)")
-    w.add_argument("--ctx", type=_int_list, default=sweep_defaults("ctxs"), help="default 2048,4096,8192,16384")
-    w.add_argument("--modes", default=",".join(sweep_defaults("modes")), help="default eager,graph")
+    w.add_argument("--models", default=None, help="comma-separated zoo names or directories "
+                                                  "(default: qwen2.5-7b,llama-3.1-8b,mistral-7b-v0.3, the study's trio)")
+    w.add_argument("--ctx", type=_int_list, default=None, help="default 2048,4096,8192,16384")
+    w.add_argument("--modes", default=None, help="default eager,graph")
     w.add_argument("--output", default="results.jsonl", help="JSON-lines results; resumed when it exists")
     w.add_argument("--timeout", type=float, default=1800, help="seconds per cell before it is killed (default 1800)")
     w.add_argument("--rerun", action="store_true", help="run cells already in the output again")

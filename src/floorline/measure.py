@@ -84,6 +84,13 @@ def cache_len(cfg: RunConfig, a: zoo.Arch, ctx: int, energy: bool) -> int:
     return ctx + cfg.warmup + cfg.steps + SLACK_TOKENS + energy_tokens(cfg, a, ctx, energy)
 
 
+def memory_need(cfg: RunConfig, a: zoo.Arch, ctx: int, energy: bool) -> tuple[int, int]:
+    """(weight bytes, KV-cache bytes) a cell allocates: every parameter, and the cache sized by cache_len."""
+    dense = floor.weight_format(cfg.dtype).dense_bytes
+    return (floor.parameter_count(a) * dense,
+            cache_len(cfg, a, ctx, energy) * floor.kv_bytes_per_token(a, dense))
+
+
 def validate(cfg: RunConfig, a: zoo.Arch) -> None:
     if cfg.dtype not in models.TORCH_DTYPES:
         raise UserError(f"unknown dtype {cfg.dtype!r}; use one of {', '.join(models.TORCH_DTYPES)}")
@@ -143,14 +150,6 @@ class Session:
     model: torch.nn.Module
     prompt: torch.Tensor  # (1, max ctx) random token ids
 
-    @property
-    def kv_token_bytes(self) -> int:
-        return floor.kv_bytes_per_token(self.arch, self.fmt.dense_bytes)
-
-    @property
-    def weight_bytes(self) -> int:
-        return floor.parameter_count(self.arch) * self.fmt.dense_bytes
-
     def close(self) -> None:
         self.model = self.prompt = None
         gc.collect()
@@ -169,9 +168,7 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     nvml = system.Nvml(device) if device.type == "cuda" else None
     energy = cfg.energy and nvml is not None and nvml.energy_mj() is not None
     fmt = floor.weight_format(cfg.dtype)
-    weight_bytes = floor.parameter_count(a) * fmt.dense_bytes
-    models.check_fits(a, device, weight_bytes,
-                      cache_len(cfg, a, max(cfg.ctxs), energy) * floor.kv_bytes_per_token(a, fmt.dense_bytes))
+    models.check_fits(a, device, *memory_need(cfg, a, max(cfg.ctxs), energy))
 
     base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "model": a.name, "model_path": a.path,
             "quant": cfg.quant, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
@@ -218,7 +215,7 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
                 except torch.OutOfMemoryError:
                     raise UserError(
                         f"out of memory in mode {mode}: {a.name} at ctx {ctx} needs about "
-                        f"{(ses.weight_bytes + max_len * ses.kv_token_bytes) / 1e9:.2f} GB of weights + KV, "
+                        f"{sum(memory_need(cfg, a, ctx, ses.energy)) / 1e9:.2f} GB of weights + KV, "
                         f"{models.free_bytes(device) / 1e9:.2f} GB free now; use a smaller model or --ctx") from None
                 except UserError:
                     raise

@@ -19,10 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
+import torch
+
 from floorline import floor, records, system, zoo
 from floorline.errors import UserError
 from floorline.launcher import kill, run_fresh
-from floorline.measure import RunConfig, cache_len, expand_modes, resolve_device, validate
+from floorline.measure import RunConfig, expand_modes, memory_need, resolve_device, validate
 
 DEFAULT_MODELS = ["qwen2.5-7b", "llama-3.1-8b", "mistral-7b-v0.3"]  # the study's trio
 DEFAULT_CTXS = [2048, 4096, 8192, 16384]
@@ -63,7 +65,7 @@ def plan(models_: list[str], ctxs: list[int], modes: list[str], base: RunConfig)
     archs = {m: zoo.resolve(m) for m in models_}
     device = resolve_device(base.device) if base.device != "auto" else None
     kind = device.type if device else ("cuda" if _cuda_visible() else "cpu")
-    modes = expand_modes(modes, _Dev(kind))
+    modes = expand_modes(modes, torch.device(kind))  # a device name only: no CUDA context in the parent
     base = replace(base, device=base.device if base.device != "auto" else kind)
     if min(ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")
@@ -75,11 +77,6 @@ def plan(models_: list[str], ctxs: list[int], modes: list[str], base: RunConfig)
             for mode in modes:
                 cells.append(Cell(a, m, ctx, mode, replace(base, model=m, ctxs=[ctx], modes=[mode])))
     return cells
-
-
-@dataclass(frozen=True)
-class _Dev:  # what expand_modes reads of a torch.device, without asking CUDA in the parent
-    type: str
 
 
 def nvml_gpu_names() -> list[str]:
@@ -320,13 +317,10 @@ def dry_run_rows(cells: list[Cell], have: list[dict], peak_gbps: float | None) -
     done = {cell_key(r) for r in have if r.get("kind", "cell") == "cell"}
     rows = []
     for c in cells:
-        fmt = floor.weight_format(c.run.dtype)
-        f = floor.floor(c.arch, c.ctx, fmt, "strict")
-        energy = device_kind(c.run.device) == "cuda"
-        kv = cache_len(c.run, c.arch, c.ctx, energy) * floor.kv_bytes_per_token(c.arch, fmt.dense_bytes)
-        weights = floor.parameter_count(c.arch) * fmt.dense_bytes
+        f = floor.floor(c.arch, c.ctx, floor.weight_format(c.run.dtype), "strict")
+        need = memory_need(c.run, c.arch, c.ctx, energy=device_kind(c.run.device) == "cuda")
         rows.append({"cell": c.label, "floor_bytes": f.bytes, "floor_ms_peak": f.ms(peak_gbps),
-                     "memory_bytes": weights + kv, "status": "done" if c.key() in done else
+                     "memory_bytes": sum(need), "status": "done" if c.key() in done else
                      (precheck(c) or "to run")})
     return rows
 
