@@ -9,18 +9,23 @@
 #     grid    floorline sweep: the study's default grid (3 models x 4 contexts x eager, graph), one fresh process
 #             per cell, on every GPU of the machine (--gpus), then floorline report              (issue: sweep/report)
 #     quick   one run cell (qwen2.5-7b, ctx 2048, all modes): a smoke test
+#     quant   floorline quant qwen2.5-7b ctx 2048, every backend here, eager + graph, with the kernel chain
+#             (issue: quantised decode); the quant libraries come from .site/ or .whl/ (see below)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# optional libraries carried as wheels (../shared/device/fetch_wheels.sh); none is needed by these stages
+# optional quant libraries: wheels in .whl/ (../shared/device/fetch_wheels.sh), or already installed in .site/
+# (pip install --target .site), and locally built extensions in .ext/lib; each is used where present
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
+for d in .site .ext/lib; do [ -d "$d" ] && export PYTHONPATH=$PYTHONPATH:$PWD/$d; done
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}  # exllamav2 JIT-builds its extension on first import (~2 min on 16 cores)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(tests run ab explain grid)
+[ ${#stages[@]} -eq 0 ] && stages=(tests run ab explain grid quant)
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c 'import torch, transformers, triton; print("torch", torch.__version__, "transformers", transformers.__version__, "triton", triton.__version__)'
@@ -29,7 +34,12 @@ fl() { python3 -m floorline "$@"; }
 for stage in "${stages[@]}"; do
   echo "== $stage ($(( $(date +%s) - t0 )) s)"
   case $stage in
-    tests) python3 -m pytest -q -m gpu tests 2>&1 | tee "$OUT/pytest_gpu.log" ;;
+    tests)
+      python3 -m pytest -q -m gpu tests --ignore tests/test_gpu_quant.py 2>&1 | tee "$OUT/pytest_gpu.log"
+      # one process per quant backend: a library that faults (Marlin on the H200) poisons its CUDA context
+      for b in nf4 exllamav2 marlin tinygemm gemlite run_records; do
+        python3 -m pytest -q -m gpu tests/test_gpu_quant.py -k "$b" 2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -3
+      done ;;
     run|quick)
       if [ "$stage" = quick ]; then models=(qwen2.5-7b); ctxs=2048; else models=(qwen2.5-7b llama-3.1-8b); ctxs=2048,8192; fi
       for m in "${models[@]}"; do
@@ -46,6 +56,9 @@ for stage in "${stages[@]}"; do
       gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
       fl sweep --gpus "$gpus" --timeout 600 --output "$OUT/grid.jsonl" 2>&1 | grep -v '━' | tee "$OUT/grid.log"
       fl report "$OUT/grid.jsonl" --out "$OUT/grid_report" 2>&1 | tee -a "$OUT/grid.log" ;;
+    quant)
+      fl quant --model qwen2.5-7b --ctx 2048 --mode eager,graph --kernels --timeout 900 \
+        --output "$OUT/quant.jsonl" 2>&1 | tee "$OUT/quant.log" ;;
     summary) ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
@@ -73,6 +86,24 @@ if os.path.exists(p):
     from floorline.ab import headline
     for s in [r for r in records.read(p) if r.get("kind") == "ab_summary"]:
         print(f"{s['model']} ctx {s['ctx']}: {headline(s)}; gmean {s['ratio_gmean']:.3f}x {s['ratio_gmean_ci95']}")
+p = os.path.join(out, "quant.jsonl")
+if os.path.exists(p):
+    from floorline import quantstudy
+    recs = records.read(p)
+    names = list(dict.fromkeys(quantstudy.quant.label(r.get("quant")) for r in recs))
+    print("| backend | mode | dtype | ms/step | floor ms | % floor | speed-up | ideal | share | status |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    f = lambda v, s: "-" if v is None else format(v, s)
+    for r in quantstudy.rows(recs, "qwen2.5-7b", 2048, ["eager", "graph"], names):
+        print(f"| {r['backend']} | {r['mode']} | {r['dtype']} | {f(r['ms'], '.3f')} | {f(r['floor_ms'], '.3f')} | "
+              f"{f(r['fraction'], '.1%')} | {f(r['speedup'], '.2f')} | {f(r['ideal_speedup'], '.2f')} | "
+              f"{f(r['share'], '.0%')} | {r['status'][:60]} |")
+    print("| backend | chain ms | GB | GB/s | % bw | speed-up | ideal | share | status |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in quantstudy.kernel_rows(recs, "qwen2.5-7b", names):
+        print(f"| {r['backend']} | {f(r['ms'], '.3f')} | {f(r['bytes'] and r['bytes'] / 1e9, '.3f')} | "
+              f"{f(r['gbps'], '.0f')} | {f(r['fraction'], '.1%')} | {f(r['speedup'], '.2f')} | "
+              f"{f(r['ideal_speedup'], '.2f')} | {f(r['share'], '.0%')} | {r['status'][:60]} |")
 p = os.path.join(out, "explain.jsonl")
 if os.path.exists(p):
     print("| mode | wall ms | busy ms | floor ms | kernel excess ms | idle gaps ms | kernels/step | host ms | attn ms | attn GB/s |")

@@ -48,13 +48,15 @@ def test_bootstrap_needs_two_values():
     ("graph", ab.Arm("graph", "bf16", "sdpa")),
     ("mode=static,dtype=fp16", ab.Arm("static", "fp16", "sdpa")),
     ("eager,attn=eager", ab.Arm("eager", "bf16", "eager")),
+    ("graph,quant=nf4", ab.Arm("graph", "bf16", "sdpa", "nf4")),
+    ("graph,quant=bf16", ab.Arm("graph", "bf16", "sdpa", "none")),
 ])
 def test_parse_arm(spec, want):
     assert ab.parse_arm(spec) == want
 
 
 @pytest.mark.parametrize("spec", ["", "warp", "mode=graph,dtype=int3", "graph,attn=flash", "graph,colour=red",
-                                  "graph,quant=nf4"])
+                                  "graph,quant=int3"])
 def test_parse_arm_rejects(spec):
     with pytest.raises(UserError):
         ab.parse_arm(spec)

@@ -160,7 +160,7 @@ def test_quantised_decoder_matrices_from_hf_shapes(name, bits, group, meta_model
 
 def test_int4_g128_matrix_by_hand():
     fmt = floor.weight_format("bf16", 4, 128)
-    assert fmt.bits == 4 and fmt.group_size == 128 and fmt.scale_bytes == 2 and fmt.zero_bytes == 2
+    assert fmt.bits == 4 and fmt.group_size == 128 and fmt.scale_bits == 16 and fmt.zero_bits == 16
     # 4096 x 4096: two codes per byte, 4096 rows x 32 groups x (2 B scale + 2 B zero)
     assert fmt.matrix_bytes(4096, 4096) == 4096 * 4096 // 2 + 4096 * 32 * 4 == 8_912_896
     # a group count that does not divide: 100 inputs in groups of 64 -> 2 groups per row
@@ -170,7 +170,7 @@ def test_int4_g128_matrix_by_hand():
 def test_int8_per_row_by_hand():
     fmt = floor.weight_format("bf16", 8, None)
     assert fmt.matrix_bytes(4096, 14336) == 4096 * 14336 + 4096 * 4
-    sym = floor.WeightFormat(bits=8, group_size=None, zero_bytes=0)
+    sym = floor.WeightFormat(bits=8, group_size=None, zero_bits=0)
     assert sym.matrix_bytes(4096, 14336) == 4096 * 14336 + 4096 * 2
 
 

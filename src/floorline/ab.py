@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from floorline import records, stats, zoo
+from floorline import quant, records, stats, zoo
 from floorline.errors import UserError
 from floorline.launcher import run_fresh
 from floorline.measure import RunConfig, expand_modes, resolve_device, validate
@@ -29,24 +29,27 @@ class Arm:
     mode: str
     dtype: str
     attn: str
+    quant: str = "none"
 
     @property
     def label(self) -> str:
         return "/".join([self.mode] + ([self.dtype] if self.dtype != "bf16" else [])
-                        + ([f"attn={self.attn}"] if self.attn != "sdpa" else []))
+                        + ([f"attn={self.attn}"] if self.attn != "sdpa" else [])
+                        + ([self.quant] if self.quant != "none" else []))
 
 
-def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa") -> Arm:
-    """'graph', or 'mode=graph,dtype=fp16,attn=eager' (a bare word is the mode)."""
-    fields = {"mode": None, "dtype": dtype, "attn": attn}
+def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa", quant_: str = "none") -> Arm:
+    """'graph', or 'mode=graph,dtype=fp16,attn=eager,quant=nf4' (a bare word is the mode)."""
+    fields = {"mode": None, "dtype": dtype, "attn": attn, "quant": quant_}
     for part in [p.strip() for p in spec.split(",") if p.strip()]:
         k, _, v = part.partition("=") if "=" in part else ("mode", "", part)
-        if k == "quant":
-            raise UserError(f"arm {spec!r}: quantised backends are not in this floorline yet; compare modes, "
-                            f"dtypes or attention implementations")
         if k not in fields:
-            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype= or attn=")
+            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype=, attn= or quant=")
         fields[k] = v
+    try:
+        fields["quant"] = quant.canonical(fields["quant"])
+    except UserError as e:
+        raise UserError(f"arm {spec!r}: {e}") from None
     arm = Arm(**fields)
     if arm.mode not in MODES:
         raise UserError(f"arm {spec!r}: give a mode, one of {', '.join(MODES)}")
@@ -69,7 +72,7 @@ class ABConfig:
     def key(self) -> str:
         """Identifies the experiment in an output file: the same key resumes, another starts afresh."""
         d = {"base": asdict(self.base), "a": asdict(self.a), "b": asdict(self.b)}
-        for k in ("modes", "dtype", "attn"):
+        for k in ("modes", "dtype", "attn", "quant"):
             d["base"].pop(k)
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -77,14 +80,16 @@ class ABConfig:
 def session_configs(cfg: ABConfig, first: Arm, second: Arm) -> list[RunConfig]:
     """One RunConfig (one model build) when the arms differ only by mode; otherwise one per arm."""
     base = replace(cfg.base, energy=False)  # the energy window would only lengthen each session
-    if (first.dtype, first.attn) == (second.dtype, second.attn):
-        return [replace(base, modes=[first.mode, second.mode], dtype=first.dtype, attn=first.attn)]
-    return [replace(base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn) for arm in (first, second)]
+    if (first.dtype, first.attn, first.quant) == (second.dtype, second.attn, second.quant):
+        return [replace(base, modes=[first.mode, second.mode], dtype=first.dtype, attn=first.attn, quant=first.quant)]
+    return [replace(base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
+            for arm in (first, second)]
 
 
 def _arm_of(rec: dict, cfg: ABConfig) -> str | None:
     for name, arm in (("A", cfg.a), ("B", cfg.b)):
-        if (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation")) == (arm.mode, arm.dtype, arm.attn):
+        if (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation"), rec.get("quant") or "none") == (
+                arm.mode, arm.dtype, arm.attn, arm.quant):
             return name
     return None
 
@@ -106,10 +111,11 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
     if cfg.resamples < 100:
         raise UserError(f"--resamples must be >= 100 for a percentile interval, got {cfg.resamples}")
     for arm in (cfg.a, cfg.b):  # fail before any session starts: a bad arm would fail all of them
-        arm_cfg = replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn)
+        arm_cfg = replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
         a = zoo.resolve(arm_cfg.model)
-        validate(arm_cfg, a)
-        expand_modes(arm_cfg.modes, resolve_device(arm_cfg.device))
+        device = resolve_device(arm_cfg.device)
+        validate(arm_cfg, a, device.type)
+        expand_modes(arm_cfg.modes, device)
     key = cfg.key()
     have = records.read(output) if Path(output).exists() else []
     done = completed_sessions(have, key)

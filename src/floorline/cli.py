@@ -121,14 +121,14 @@ def cmd_floor(args) -> int:
 
 # ------------------------------------------------------------------------------------------------------------- run
 def _run_config(args, modes: list[str]):
-    from floorline import zoo
+    from floorline import quant, zoo
     from floorline.measure import RunConfig, resolve_device
 
     device = resolve_device(args.device)
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
     return RunConfig(model=model, ctxs=args.ctx, modes=modes, dtype=args.dtype, device=args.device,
                      warmup=args.warmup, steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk,
-                     attn=args.attn, threads=args.threads)
+                     attn=args.attn, threads=args.threads, quant=quant.canonical(args.quant))
 
 
 def cmd_run(args) -> int:
@@ -156,7 +156,8 @@ def cmd_run(args) -> int:
         err.print(line)
     if args.output:
         err.print(f"{len(done)} record(s) appended to {args.output}")
-    return 1 if any(str(r.get("reason") or "").startswith("crash") for r in done) else 0  # a mode crashed
+    # a mode crashed, or the quantised model failed its check: exit 1 (the records say why)
+    return 1 if any(str(r.get("reason") or "").startswith(("crash", "quant")) for r in done) else 0
 
 
 # -------------------------------------------------------------------------------------------------------------- ab
@@ -167,8 +168,8 @@ def cmd_ab(args) -> int:
 
     if len(args.ctx) != 1:
         raise UserError("ab takes one --ctx; run one A/B per context")
-    cfg = ab.ABConfig(base=_run_config(args, []), a=ab.parse_arm(args.a, args.dtype, args.attn),
-                      b=ab.parse_arm(args.b, args.dtype, args.attn), sessions=args.sessions,
+    cfg = ab.ABConfig(base=_run_config(args, []), a=ab.parse_arm(args.a, args.dtype, args.attn, args.quant),
+                      b=ab.parse_arm(args.b, args.dtype, args.attn, args.quant), sessions=args.sessions,
                       resamples=args.resamples, timeout_s=args.timeout)
     with err.status("floorline ab") as status:
         s = ab.run_ab(cfg, args.output, log=lambda m: status.update(m))
@@ -204,7 +205,7 @@ def cmd_sweep(args) -> int:
         raise UserError(f"--timeout must be positive seconds, got {args.timeout}")
     base = RunConfig(model="", ctxs=[], modes=[], dtype=args.dtype, device=args.device, warmup=args.warmup,
                      steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
-                     threads=args.threads)
+                     threads=args.threads, quant=args.quant)
     # defaults filled here, not in the parser: importing sweep imports torch, which `floorline floor` never needs
     cells = sweep.plan(_names(args.models) if args.models else sweep.DEFAULT_MODELS, args.ctx or sweep.DEFAULT_CTXS,
                        _names(args.modes) if args.modes else sweep.DEFAULT_MODES, base)
@@ -332,6 +333,71 @@ def cmd_explain(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------------------- quant
+def _x(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _pct(v, fmt: str) -> str:
+    return "-" if v is None else format(v * 100, fmt) + "%"
+
+
+def cmd_quant(args) -> int:
+    from rich.table import Table
+
+    from floorline import quantstudy
+
+    if args.quant != "none":
+        raise UserError("quant compares backends: give them with --backends, not --quant")
+    base = _run_config(args, _names(args.mode))
+    cfg = quantstudy.QuantConfig(base, _names(args.backends) if args.backends else [], args.output, args.kernels,
+                                 args.timeout, args.rerun)
+    with err.status("floorline quant") as status:
+        recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
+    jobs = quantstudy.plan(cfg, [])
+    names = [j.backend for j in jobs]
+    modes, model, ctx = jobs[0].run.modes, zoo_name(base.model), base.ctxs[0]
+    device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
+    t = Table(title=f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit width, "
+                    f"measured copy bandwidth)")
+    for h in ("backend", "mode", "dtype", "ms/step", "floor ms", "% of floor", "speed-up vs bf16", "ideal speed-up",
+              "share of ideal saving", "status"):
+        t.add_column(h, justify="left" if h in ("backend", "mode", "dtype", "status") else "right")
+    for r in quantstudy.rows(recs, model, ctx, modes, names):
+        t.add_row(r["backend"], r["mode"], r["dtype"] or "-", _x(r["ms"], ".3f"), _x(r["floor_ms"], ".3f"),
+                  _pct(r["fraction"], ".1f"), _x(r["speedup"], ".2f"), _x(r["ideal_speedup"], ".2f"),
+                  _pct(r["share"], ".0f"), r["status"][:90])
+    out.print(t)
+    if args.kernels:
+        k = Table(title="kernel level: the 7 decoder matrices of every layer, batch 1, one chain per sample "
+                        "(CUDA-graph captured on a GPU), against the bytes of those matrices")
+        for h in ("backend", "chain ms", "matrix GB", "GB/s", "% of measured bw", "speed-up vs bf16",
+                  "ideal speed-up", "share of ideal saving", "status"):
+            k.add_column(h, justify="left" if h in ("backend", "status") else "right")
+        for r in quantstudy.kernel_rows(recs, model, names):
+            k.add_row(r["backend"], _x(r["ms"], ".3f"), _x(None if r["bytes"] is None else r["bytes"] / 1e9, ".3f"),
+                      _x(r["gbps"], ".0f"), _pct(r["fraction"], ".1f"), _x(r["speedup"], ".2f"),
+                      _x(r["ideal_speedup"], ".2f"), _pct(r["share"], ".0f"), r["status"][:90])
+        out.print(k)
+    p = Table(title="published (the study, L4, qwen2.5-7b ctx 2048; ideal speed-up from floorline's accounting of "
+                    "each format)")
+    for h in ("backend", "library", "ms/step", "speed-up vs bf16", "ideal speed-up", "share of ideal saving"):
+        p.add_column(h, justify="left" if h in ("backend", "library") else "right")
+    for r in quantstudy.published_rows():
+        p.add_row(r["backend"], r["library"], f"{r['ms']:.2f}", f"{r['speedup']:.2f}", f"{r['ideal_speedup']:.2f}",
+                  _pct(r["share"], ".0f"))
+    out.print(p)
+    sys.stdout.flush()
+    err.print(f"records in {args.output}")
+    return 0
+
+
+def zoo_name(model: str) -> str:
+    from floorline import zoo
+
+    return zoo.resolve(model).name
+
+
 # ------------------------------------------------------------------------------------------------------------ main
 def build_parser() -> Parser:
     common = argparse.ArgumentParser(add_help=False)
@@ -352,6 +418,8 @@ def build_parser() -> Parser:
     opts.add_argument("--seed", type=int, default=0)
     opts.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
     opts.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
+    opts.add_argument("--quant", default="none", help="decoder matrices: none/bf16 (default), nf4, gptq-exllamav2, "
+                                                      "awq-marlin, int4-tinygemm or int4-gemlite")
 
     cell = argparse.ArgumentParser(add_help=False, parents=[opts])
     cell.add_argument("--model", default=None,
@@ -380,7 +448,7 @@ def build_parser() -> Parser:
     r.set_defaults(fn=cmd_run)
 
     b = sub.add_parser("ab", parents=[common, cell], help="A/B of two configurations over fresh sessions")
-    b.add_argument("--a", required=True, help="arm A: a mode, or mode=M,dtype=D,attn=sdpa|eager (e.g. eager)")
+    b.add_argument("--a", required=True, help="arm A: a mode, or mode=M,dtype=D,attn=sdpa|eager,quant=Q (e.g. eager)")
     b.add_argument("--b", required=True, help="arm B, same form (e.g. graph)")
     b.add_argument("--sessions", type=int, default=10, help="fresh processes, each running both arms (default 10)")
     b.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
@@ -401,6 +469,17 @@ def build_parser() -> Parser:
     w.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="send each cell to a Ray cluster (default: a local instance); needs floorline[ray]")
     w.set_defaults(fn=cmd_sweep)
+
+    qt = sub.add_parser("quant", parents=[common, cell], help="int4 backends against their own floors: the share "
+                                                              "of the ideal saving each realises")
+    qt.add_argument("--backends", default=None, help="comma-separated (default: all): " + ", ".join(
+        ["bf16", "nf4", "gptq-exllamav2", "awq-marlin", "int4-tinygemm", "int4-gemlite"]))
+    qt.add_argument("--mode", default="eager,graph", help="modes, comma-separated (default eager,graph)")
+    qt.add_argument("--kernels", action="store_true", help="also time the chain of decoder matrices alone")
+    qt.add_argument("--output", default="results.jsonl", help="JSON-lines results (shared with sweep); resumes")
+    qt.add_argument("--timeout", type=float, default=1800, help="seconds per backend process (default 1800)")
+    qt.add_argument("--rerun", action="store_true", help="run backends already in the output again")
+    qt.set_defaults(fn=cmd_quant)
 
     rp = sub.add_parser("report", parents=[common], help="merge results from many machines into tables and plots")
     rp.add_argument("results", nargs="+", help="JSON-lines results files (or folders of them)")

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from floorline import floor, records
+from floorline.errors import UserError
 from floorline.measure import RunConfig, cache_len, open_session, start_runtime
 from floorline.timing import time_steps
 
@@ -98,7 +99,8 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
     kv_bytes = strict.components["kv_read"] + strict.components["kv_write"]
     return {
         "schema_version": records.SCHEMA_VERSION, "kind": "explain", "model": ses.arch.name, "ctx": ctx,
-        "mode": mode, "dtype": ses.cfg.dtype, "device": str(ses.device), "device_name": ses.base["device_name"],
+        "mode": mode, "dtype": ses.cfg.dtype, "quant": ses.base["quant"], "device": str(ses.device),
+        "device_name": ses.base["device_name"],
         "measured_gbps": ses.base["measured_gbps"], "floor_bytes": strict.bytes, "profile_steps": k,
         "wall_ms": wall_ms, "wall_samples_ms": wall, "gpu_busy_ms": busy_ms, "floor_ms_measured": floor_ms,
         "kernel_excess_ms": busy_ms - floor_ms, "idle_gaps_ms": wall_ms - busy_ms,
@@ -115,6 +117,8 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
 def explain(cfg: RunConfig, profile_steps: int = 5, log: Callable[[str], None] = lambda s: None) -> list[dict]:
     ses = open_session(cfg, log)
     try:
+        if ses.failed:  # the quantised model failed its check: nothing to profile
+            raise UserError(f"{ses.failed}; `floorline run --quant {cfg.quant}` records it")
         return [explain_mode(ses, mode, ctx, profile_steps, log) for ctx in cfg.ctxs for mode in ses.modes]
     finally:
         ses.close()

@@ -28,15 +28,21 @@ class WeightFormat:
     """How the decoder's matrices are stored. Everything else (embeddings, lm_head, norms, biases) stays dense.
 
     bits=None: unquantised, `dense_bytes` per element. bits=8 or 4: packed codes plus, per group of `group_size`
-    consecutive input elements of one output row, a scale and a zero point (`scale_bytes`, `zero_bytes`; 0 for a
-    symmetric format). group_size=None: one group per output row (per-channel).
+    consecutive input elements of one output row, a scale of `scale_bits` and a zero point of `zero_bits` (0 for a
+    symmetric format). group_size=None: one group per output row (per-channel). Library layouts add: `pad_in` /
+    `pad_out` (the stored matrix is padded up to multiples of these, and the kernel reads the padding) and
+    `table_bytes` (a per-matrix constant, e.g. a code book). `name` says which library format this is.
     """
 
     bits: int | None = None
     group_size: int | None = 128
-    scale_bytes: int = 2
-    zero_bytes: int = 2
+    scale_bits: int = 16
+    zero_bits: int = 16
     dense_bytes: int = 2
+    pad_in: int = 1
+    pad_out: int = 1
+    table_bytes: int = 0
+    name: str = ""
 
     def __post_init__(self):
         if self.bits not in (None, 8, 4):
@@ -45,13 +51,17 @@ class WeightFormat:
             raise UserError(f"group size must be positive, got {self.group_size}")
 
     def matrix_bytes(self, out_features: int, in_features: int) -> int:
-        numel = out_features * in_features
         if self.bits is None:
-            return numel * self.dense_bytes  # e.g. bf16: 2 B per element
-        g = self.group_size or in_features
-        groups = out_features * math.ceil(in_features / g)
-        # packed codes: numel x bits / 8 (4-bit: two codes per byte); plus one scale and one zero per group
-        return math.ceil(numel * self.bits / 8) + groups * (self.scale_bytes + self.zero_bytes)
+            return out_features * in_features * self.dense_bytes  # e.g. bf16: 2 B per element
+        n = math.ceil(out_features / self.pad_out) * self.pad_out  # tinygemm: out up to a multiple of 8
+        k = math.ceil(in_features / self.pad_in) * self.pad_in  # tinygemm: in up to a multiple of 1024
+        g = self.group_size or k
+        groups = n * math.ceil(k / g)
+        # packed codes: n x k x bits / 8 (4-bit: two codes per byte; qwen2.5-7b q_proj 3584 x 3584 -> 6.42 MB);
+        # each group's scale and zero, each tensor rounded up to whole bytes (4-bit zeros: two per byte);
+        # plus any per-matrix table
+        return (math.ceil(n * k * self.bits / 8) + math.ceil(groups * self.scale_bits / 8)
+                + math.ceil(groups * self.zero_bits / 8) + self.table_bytes)
 
 
 def weight_format(dtype: str = "bf16", bits: int | None = None, group_size: int | None = 128) -> WeightFormat:

@@ -1,7 +1,8 @@
 """measure_cells: one model on one device, one context, one or more modes -> one record per mode.
 
-Flow: validate -> copy bandwidth -> floors -> memory check -> build (random on device, or local) -> per mode:
-prefill (chunked) -> prepare (capture / compile) -> warm-up steps -> timed steps -> energy window -> record.
+Flow: validate -> copy bandwidth -> floors -> memory check -> build (random on device, or local) -> quantise and
+check (--quant) -> per mode: prefill (chunked) -> prepare (capture / compile) -> warm-up steps -> timed steps ->
+energy window -> record; then (--kernels) the decoder-matrix chain.
 Records are yielded as each mode finishes, so the caller can write them before the next mode can fail.
 """
 
@@ -18,7 +19,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from floorline import bandwidth, floor, models, runtimes, specs, stats, system, zoo
+from floorline import bandwidth, floor, models, quant, runtimes, specs, stats, system, zoo
 from floorline.errors import UserError
 from floorline.records import SCHEMA_VERSION
 from floorline.timing import time_steps
@@ -42,10 +43,11 @@ class RunConfig:
     steps: int = 30
     seed: int = 0
     prefill_chunk: int = 1024
-    quant: str = "none"
+    quant: str = "none"  # a quant backend (quant.NAMES) or none
     attn: str = "sdpa"  # transformers attention implementation: sdpa or eager
     energy: bool = True  # the ~2 s NVML energy window after the timed steps (GPU only)
     threads: int = 0  # torch CPU threads in the measuring process; 0: torch's own choice
+    kernels: bool = False  # also time the chain of decoder matrices alone (one record of kind "kernels")
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -91,9 +93,24 @@ def memory_need(cfg: RunConfig, a: zoo.Arch, ctx: int, energy: bool) -> tuple[in
             cache_len(cfg, a, ctx, energy) * floor.kv_bytes_per_token(a, dense))
 
 
-def validate(cfg: RunConfig, a: zoo.Arch) -> None:
+def weight_format(cfg: RunConfig) -> floor.WeightFormat:
+    """How the decoder matrices of a run are stored: the quant backend's format, or dense in the run's dtype."""
+    backend = quant.get(cfg.quant)
+    dense = floor.weight_format(cfg.dtype)
+    return backend.format(dense.dense_bytes) if backend else dense
+
+
+def validate(cfg: RunConfig, a: zoo.Arch, device_type: str | None = None) -> None:
     if cfg.dtype not in models.TORCH_DTYPES:
         raise UserError(f"unknown dtype {cfg.dtype!r}; use one of {', '.join(models.TORCH_DTYPES)}")
+    backend = quant.get(cfg.quant)
+    if backend is not None:
+        if cfg.dtype not in backend.dtypes:
+            raise UserError(f"{backend.name} runs {'/'.join(backend.dtypes)} activations; use --dtype "
+                            f"{backend.dtypes[0]}")
+        why = backend.missing(device_type) if device_type else None
+        if why:
+            raise UserError(why)
     if not cfg.ctxs or min(cfg.ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {cfg.ctxs}")
     if cfg.steps < 2 or cfg.warmup < 0:
@@ -149,6 +166,7 @@ class Session:
     base: dict  # the record keys common to every cell
     model: torch.nn.Module
     prompt: torch.Tensor  # (1, max ctx) random token ids
+    failed: str | None = None  # the quant conversion or its check failed: every cell is recorded invalid, untimed
 
     def close(self) -> None:
         self.model = self.prompt = None
@@ -162,16 +180,17 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     a = zoo.resolve(cfg.model)
     device = resolve_device(cfg.device)
     modes = expand_modes(cfg.modes, device)
-    validate(cfg, a)
+    validate(cfg, a, device.type)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     nvml = system.Nvml(device) if device.type == "cuda" else None
     energy = cfg.energy and nvml is not None and nvml.energy_mj() is not None
-    fmt = floor.weight_format(cfg.dtype)
-    models.check_fits(a, device, *memory_need(cfg, a, max(cfg.ctxs), energy))
+    backend = quant.get(cfg.quant)
+    fmt = weight_format(cfg)
+    models.check_fits(a, device, *memory_need(cfg, a, max(cfg.ctxs), energy))  # the dense build comes first
 
     base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "model": a.name, "model_path": a.path,
-            "quant": cfg.quant, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
+            "quant": quant.canonical(cfg.quant), "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
             "prefill_chunk": cfg.prefill_chunk, "attn_implementation": cfg.attn, "floor_convention": "strict"}
     base.update(_device_info(device))
     base.update(system.environment())
@@ -192,7 +211,41 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
         base["warnings"].append(f"the loaded model has {n_params} parameters, the accounting {floor.parameter_count(a)}")
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     prompt = torch.randint(0, a.vocab, (1, max(cfg.ctxs)), generator=gen, device=device)  # random, never zeros
-    return Session(cfg, a, device, modes, nvml, energy, fmt, base, model, prompt)
+    ses = Session(cfg, a, device, modes, nvml, energy, fmt, base, model, prompt)
+    if backend is not None:
+        ses.failed = _quantise(ses, backend, log)
+    return ses
+
+
+def _quantise(ses: Session, backend: quant.Backend, log: Callable[[str], None]) -> str | None:
+    """Convert and check every decoder matrix, then check the logits are finite. Returns why it failed, or None."""
+    base, a = ses.base, ses.arch
+    base.update({"quant_library": backend.library, "quant_version": backend.version(), "quant_format": ses.fmt.name,
+                 "quant_quantiser": backend.quantiser, "quant_kernel": backend.kernel,
+                 "activation_dtype": ses.cfg.dtype})
+    log(f"{backend.name}: converting and checking {a.layers * 7} decoder matrices")
+    try:
+        conv = quant.convert(ses.model, backend, models.TORCH_DTYPES[ses.cfg.dtype], log=log)
+        with torch.inference_mode():
+            logits = ses.model(input_ids=ses.prompt[:, :16], use_cache=False).logits
+        finite = bool(torch.isfinite(logits).all())
+    except (UserError, torch.OutOfMemoryError):
+        raise
+    except quant.QuantCheckError as e:
+        return f"quant check failed: {e}"
+    except Exception as e:  # the library itself failed (an import, a kernel build, a launch): not timed
+        msg = (str(e).strip().splitlines() or [""])[0][:300]
+        return f"quant {backend.name} failed: {type(e).__name__}: {msg}"
+    want = a.layers * sum(ses.fmt.matrix_bytes(o, i) for o, i in floor.decoder_matrix_shapes(a))
+    base.update({"quant_convert_s": conv.seconds, "quant_matrices": conv.layers,
+                 "quant_check_max_rel_error": conv.max_check_error, "quant_check_worst_layer": conv.worst_layer,
+                 "quant_check_bound": backend.check_tolerance, "quant_weight_rel_error": conv.quant_error,
+                 "quant_stored_matrix_bytes": conv.stored_bytes})
+    if conv.stored_bytes != want:
+        base["warnings"].append(f"the converted matrices store {conv.stored_bytes} bytes, the floor counts {want}")
+    if not finite:
+        return "quant check failed: the converted model's logits are not finite"
+    return None
 
 
 def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
@@ -209,6 +262,10 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
                     "paper_floor_bytes": paper.bytes, **{f"floor_bytes_{k}": v for k, v in strict.components.items()}}
             for mode in ses.modes:
                 rec = {**cell, "run_id": uuid.uuid4().hex, "mode": mode, "warnings": list(base["warnings"])}
+                if ses.failed:
+                    rec.update({"valid": False, "reason": ses.failed, **{k: None for k in RESULT_KEYS}})
+                    yield rec
+                    continue
                 try:
                     rec.update(_measure_mode(ses, mode, ctx, max_len, log))
                     _judge(rec, strict, paper, _cache_bytes(device))
@@ -227,6 +284,11 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
                     for k in RESULT_KEYS:
                         rec.setdefault(k, None)
                 yield rec
+        if cfg.kernels:
+            from floorline.quant import kernels
+
+            log("kernels: the chain of decoder matrices")
+            yield kernels.chain_record(ses, failed=ses.failed)
     finally:
         ses.close()
 

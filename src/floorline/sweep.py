@@ -21,10 +21,10 @@ from typing import Callable, Iterable
 
 import torch
 
-from floorline import floor, records, system, zoo
+from floorline import floor, quant, records, system, zoo
 from floorline.errors import UserError
 from floorline.launcher import kill, run_fresh
-from floorline.measure import RunConfig, expand_modes, memory_need, resolve_device, validate
+from floorline.measure import RunConfig, expand_modes, memory_need, resolve_device, validate, weight_format
 
 DEFAULT_MODELS = ["qwen2.5-7b", "llama-3.1-8b", "mistral-7b-v0.3"]  # the study's trio
 DEFAULT_CTXS = [2048, 4096, 8192, 16384]
@@ -66,11 +66,11 @@ def plan(models_: list[str], ctxs: list[int], modes: list[str], base: RunConfig)
     device = resolve_device(base.device) if base.device != "auto" else None
     kind = device.type if device else ("cuda" if _cuda_visible() else "cpu")
     modes = expand_modes(modes, torch.device(kind))  # a device name only: no CUDA context in the parent
-    base = replace(base, device=base.device if base.device != "auto" else kind)
+    base = replace(base, device=base.device if base.device != "auto" else kind, quant=quant.canonical(base.quant))
     if min(ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")
     for m, a in archs.items():  # options wrong for every cell fail the sweep here, not each cell in the file;
-        validate(replace(base, model=m, ctxs=[1], modes=modes), a)  # a ctx past max position is per cell
+        validate(replace(base, model=m, ctxs=[1], modes=modes), a, kind)  # a ctx past max position is per cell
     cells = []
     for m, a in archs.items():
         for ctx in ctxs:
@@ -142,8 +142,7 @@ def load_done(path: str | os.PathLike, warn: Callable[[str], None], repair: bool
 
 def failure_record(cell: Cell, reason: str) -> dict:
     """An invalid record for a cell that produced none (timeout, crash, out of memory, bad input)."""
-    fmt = floor.weight_format(cell.run.dtype)
-    f = floor.floor(cell.arch, cell.ctx, fmt, "strict")
+    f = floor.floor(cell.arch, cell.ctx, weight_format(cell.run), "strict")
     rec = {"schema_version": records.SCHEMA_VERSION, "kind": "cell", "run_id": uuid.uuid4().hex,
            "model": cell.arch.name, "model_path": cell.arch.path, "ctx": cell.ctx, "mode": cell.mode,
            "quant": cell.run.quant, "dtype": cell.run.dtype, "attn_implementation": cell.run.attn,
@@ -317,7 +316,7 @@ def dry_run_rows(cells: list[Cell], have: list[dict], peak_gbps: float | None) -
     done = {cell_key(r) for r in have if r.get("kind", "cell") == "cell"}
     rows = []
     for c in cells:
-        f = floor.floor(c.arch, c.ctx, floor.weight_format(c.run.dtype), "strict")
+        f = floor.floor(c.arch, c.ctx, weight_format(c.run), "strict")
         need = memory_need(c.run, c.arch, c.ctx, energy=device_kind(c.run.device) == "cuda")
         rows.append({"cell": c.label, "floor_bytes": f.bytes, "floor_ms_peak": f.ms(peak_gbps),
                      "memory_bytes": sum(need), "status": "done" if c.key() in done else

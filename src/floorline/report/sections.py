@@ -161,6 +161,46 @@ def explain_section(doc: Document, recs: list[dict]) -> None:
                    "idle gaps ms", "host enqueue ms", "kernels/step"], rows))
 
 
+# -------------------------------------------------------------------------------------------------------- quant
+def quant_section(doc: Document, recs: list[dict]) -> None:
+    """Per device x model x ctx with quantised records: `floorline quant`'s tables, from the same row functions."""
+    from floorline import quant, quantstudy  # imports torch: only when there are quantised records
+
+    cells = C.of_kind(recs, "cell")
+    doc.add(Heading(1, "Quantised backends"),
+            Text("Each backend against its own floor (its stored bytes at the measured copy bandwidth). Ideal "
+                 "speed-up = bf16 floor bytes / its floor bytes; share of the ideal saving = (t_bf16 - t_q) / "
+                 "(t_bf16 - t_bf16 x bytes_q / bytes_bf16), against the bf16 record of the same mode."))
+    groups = C.grouped([r for r in cells if r.get("ctx") is not None],
+                       lambda r: (C.device(r), r.get("model"), r.get("ctx")))
+    for (dev, m, ctx), rs in groups:
+        names = [n for n in quant.NAMES if any(quant.label(r.get("quant")) == n for r in rs)]
+        if names == ["bf16"] or not names:
+            continue
+        modes = sorted({r.get("mode") for r in rs}, key=C.mode_rank)
+        rows = [[r["backend"], r["mode"], r["dtype"] or "-", num(r["ms"], ".3f"), num(r["floor_ms"], ".3f"),
+                 pct(r["fraction"]), num(r["speedup"], ".2f"), num(r["ideal_speedup"], ".2f"), pct(r["share"]),
+                 r["status"]] for r in quantstudy.rows(rs, m, ctx, modes, names)]
+        doc.add(Heading(2, f"{dev}, {_where(m, ctx)}"),
+                Table(["backend", "mode", "dtype", "ms/step", "floor ms @meas", "% floor @meas", "speed-up vs bf16",
+                       "ideal speed-up", "share of ideal saving", "status"], rows))
+        chains = [r for r in C.of_kind(recs, "kernels") if C.device(r) == dev and r.get("model") == m]
+        if chains:
+            krows = [[r["backend"], num(r["ms"], ".3f"), num(None if r["bytes"] is None else r["bytes"] / 1e9, ".3f"),
+                      num(r["gbps"], ".0f"), pct(r["fraction"]), num(r["speedup"], ".2f"),
+                      num(r["ideal_speedup"], ".2f"), pct(r["share"]), r["status"]]
+                     for r in quantstudy.kernel_rows(chains, m, names)]
+            doc.add(Table(["backend", "chain ms", "matrix GB", "GB/s", "% of measured bw", "speed-up vs bf16",
+                           "ideal speed-up", "share of ideal saving", "status"], krows,
+                          caption="Kernel level: the decoder matrices alone, batch 1, one graph-captured chain."))
+    prow = [[r["backend"], r["library"], r["gpu"], num(r["ms"], ".2f"), num(r["speedup"], ".2f"),
+             num(r["ideal_speedup"], ".2f"), pct(r["share"])] for r in quantstudy.published_rows()]
+    doc.add(Table(["backend (published)", "library", "GPU", "ms/step", "speed-up vs bf16", "ideal speed-up (derived)",
+                   "share of ideal saving (derived)"], prow,
+                  caption="Published: the study's L4 rows for qwen2.5-7b ctx 2048; the ideal speed-up uses floorline's "
+                          "byte accounting of each format."))
+
+
 # ---------------------------------------------------------------------------------------------------- document
 def document(records: list[dict], figures: list[Figure], notes: list[str] | None = None) -> Document:
     cells = C.study_cells(records)
@@ -168,7 +208,7 @@ def document(records: list[dict], figures: list[Figure], notes: list[str] | None
     # an A/B rerun (resumed or extended) appends a new summary: keep the last of each experiment
     summaries = list({s.get("ab_key") or id(s): s for s in C.of_kind(records, "ab_summary")}.values())
     explains = C.of_kind(records, "explain")
-    other = sorted({C.kind(r) for r in records} - {"cell", "ab_summary", "explain"})
+    other = sorted({C.kind(r) for r in records} - {"cell", "ab_summary", "explain", "kernels"})
 
     doc = Document("floorline report")
     doc.add(Text(f"{plural(len(records), 'record')}: {plural(len(cells), 'cell')} ({len(C.valid(cells))} valid), "
@@ -181,6 +221,8 @@ def document(records: list[dict], figures: list[Figure], notes: list[str] | None
         ab_section(doc, summaries)
     if explains:
         explain_section(doc, explains)
+    if any(r.get("quant") not in (None, "none") for r in records):
+        quant_section(doc, records)
     if figures:
         doc.add(Heading(1, "Plots"))
         for f in figures:

@@ -1,0 +1,78 @@
+"""The kernel-level view: the model's decoder matrices alone, called in a chain at batch 1, against their bytes.
+
+Each matrix is called once per chain on its own fixed random input (1, 1, in): no attention, norms, cache or
+sampling between them, so the chain's time is the matrices' kernels (plus their own casts, pads and bias adds) and
+the gap to their bytes at the measured copy bandwidth is kernel quality alone. On a GPU the whole chain is captured
+once in a CUDA graph and each replay is one sample (no launch overhead); on the CPU each sample is one plain chain.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import torch
+
+from floorline import floor, models, stats
+from floorline.quant.base import decoder_linears
+from floorline.records import SCHEMA_VERSION
+from floorline.timing import time_steps
+
+WARMUP = 3
+SAMPLES = 30
+
+
+def chain_record(ses, failed: str | None = None) -> dict:
+    """One record of kind "kernels" for the session's (converted) model."""
+    a, cfg = ses.arch, ses.cfg
+    matrix_bytes = a.layers * sum(ses.fmt.matrix_bytes(o, i) for o, i in floor.decoder_matrix_shapes(a))
+    bias_bytes = floor.components(a, 0, ses.fmt)["decoder_biases"]
+    rec = {k: ses.base.get(k) for k in ("schema_version", "model", "model_path", "quant", "dtype", "device",
+                                        "device_name", "gpu_key", "peak_gbps", "measured_gbps", "quant_format",
+                                        "quant_library", "quant_version", "quant_kernel", "torch_version")}
+    rec.update({"schema_version": SCHEMA_VERSION, "kind": "kernels", "run_id": uuid.uuid4().hex, "mode": "kernels",
+                "ctx": None, "matrices": a.layers * 7, "chain_bytes": matrix_bytes + bias_bytes,
+                "chain_matrix_bytes": matrix_bytes, "valid": failed is None, "reason": failed})
+    if failed:
+        return rec
+    samples = _time_chain(ses.model, ses.device, models.TORCH_DTYPES[cfg.dtype], cfg.seed)
+    s = stats.summarize(samples)
+    ms = s["step_ms_median"]
+    rec.update({"chain_ms_median": ms, "chain_ms_p90": s["step_ms_p90"], "samples_ms": samples,
+                "achieved_gbps": rec["chain_bytes"] / (ms * 1e-3) / 1e9,
+                "floor_ms_measured": rec["chain_bytes"] / (rec["measured_gbps"] * 1e9) * 1e3})
+    rec["fraction_of_floor_measured"] = rec["floor_ms_measured"] / ms
+    return rec
+
+
+def _time_chain(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, seed: int) -> list[float]:
+    mods = [m for _, _, _, m in decoder_linears(model)]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    inputs = {}
+    for m in mods:  # one random batch-1 input per input width, made once: never zeros
+        if m.in_features not in inputs:
+            inputs[m.in_features] = torch.randn(1, 1, m.in_features, generator=gen, device=device).to(dtype)
+
+    def chain() -> None:
+        for m in mods:
+            m(inputs[m.in_features])
+
+    with torch.inference_mode():
+        if device.type != "cuda":
+            for _ in range(WARMUP):
+                chain()
+            return time_steps(chain, SAMPLES, device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up (autotuners, workspaces) off the capture stream
+            for _ in range(WARMUP):
+                chain()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            chain()
+        for _ in range(WARMUP):
+            graph.replay()
+        torch.cuda.synchronize()
+        samples = time_steps(graph.replay, SAMPLES, device)
+        del graph
+        return samples

@@ -1,0 +1,342 @@
+"""Quantised backends on the CPU: each format's bytes by hand and (nf4, whose library runs here) against the converted
+tensors; the shared quantisation math; the protocol, conversion and the check on a fake backend; every unavailable
+path's one-line message; the rows of `floorline quant` and its run end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import run_cli
+from floorline import floor, measure, models, quant, quantstudy, zoo
+from floorline.errors import UserError
+from floorline.quant import base
+
+HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
+QWEN = zoo.ZOO["qwen2.5-7b"]
+
+
+# ------------------------------------------------------------------------------------------ formats by hand
+# qwen2.5-7b's q_proj is 3584 x 3584 (28 groups of 128 per row) and its down_proj 3584 x 18944 (148 groups)
+Q_CODES = 3584 * 3584 // 2  # 6,422,528 B: two 4-bit codes per byte
+Q_GROUPS = 3584 * 28  # 100,352 groups of 128
+
+
+@pytest.mark.parametrize("name, want", [
+    # 4-bit codes + an fp32 absmax per 64 weights + the 16-entry fp32 code book
+    ("nf4", Q_CODES + 3584 * 3584 // 64 * 4 + 64),
+    # 4-bit codes + an fp16 scale and a 4-bit zero per group
+    ("gptq-exllamav2", Q_CODES + Q_GROUPS * 2 + Q_GROUPS // 2),
+    # 4-bit codes + an fp16 scale per group (symmetric)
+    ("awq-marlin", Q_CODES + Q_GROUPS * 2),
+    # in padded to 4096: 3584 x 4096 / 2 codes + 3584 x 32 groups x (bf16 scale + bf16 zero)
+    ("int4-tinygemm", 3584 * 4096 // 2 + 3584 * 32 * 4),
+    # 4-bit codes + a bf16 scale and a bf16 zero per group
+    ("int4-gemlite", Q_CODES + Q_GROUPS * 4),
+])
+def test_q_proj_bytes_by_hand(name, want):
+    assert quant.get(name).format(2).matrix_bytes(3584, 3584) == want
+
+
+def test_tinygemm_pads_in_and_out():
+    fmt = quant.get("int4-tinygemm").format(2)
+    # down_proj: in 18944 -> 19456 (19 x 1024); out 3584 is a multiple of 8
+    assert fmt.matrix_bytes(3584, 18944) == 3584 * 19456 // 2 + 3584 * (19456 // 128) * 4
+    # k_proj of a tiny model: out 60 -> 64, in 100 -> 1024
+    assert fmt.matrix_bytes(60, 100) == 64 * 1024 // 2 + 64 * 8 * 4
+
+
+def test_ideal_speedups_for_qwen():
+    """The whole strict floor at ctx 2048: lm_head (1.09 GB) and the KV read stay bf16, so int4 cannot reach 4x."""
+    dense = floor.floor(QWEN, 2048).bytes
+    for name in quant.BACKENDS:
+        q = floor.floor(QWEN, 2048, quant.get(name).format(2)).bytes
+        assert 2.5 < dense / q < 3.3, name
+        assert q - floor.floor(QWEN, 2048, quant.get(name).format(2)).components["decoder_matrices"] == \
+            dense - floor.floor(QWEN, 2048).components["decoder_matrices"]
+
+
+# ----------------------------------------------------------------------------------------------- shared math
+def test_rtn_codes_scales_and_zeros():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 256, generator=g) * 0.02
+    codes, scales, zeros = base.rtn(w, 128)
+    assert codes.dtype == torch.uint8 and codes.shape == (8, 256) and scales.shape == zeros.shape == (8, 2)
+    assert int(codes.max()) <= 15 and len(torch.unique(codes)) > 8  # random codes, never all zeros
+    ref = base.dequant(codes, scales, zeros)
+    assert (ref - w).abs().max() <= scales.max() / 2 + 1e-7  # round to nearest: half a step at most
+    _, _, z1 = base.rtn(torch.rand(4, 128) + 1, 128, min_zero=1)  # all positive: zero would be 0
+    assert int(z1.min()) == 1
+    c, s, z = base.rtn(w, 128, symmetric=True)
+    assert (z == 8).all() and (base.dequant(c, s, z) - w).abs().max() <= s.max() / 2 + 1e-7
+
+
+def test_rtn_rejects_a_partial_group():
+    with pytest.raises(UserError, match="multiple of the group size"):
+        base.rtn(torch.zeros(2, 100), 128)
+
+
+def test_pack_int4_int32_puts_the_first_code_lowest():
+    codes = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15]], dtype=torch.uint8)
+    words = base.pack_int4_int32(codes, 1)
+    assert words.dtype == torch.int32 and words.shape == (2, 1)
+    assert int(words[0, 0]) == 0x76543210
+    assert int(words[1, 0]) & 0xFFFFFFFF == 0xFEDCBA98  # the same bits, read as a signed int32
+    assert base.pack_int4_int32(codes.t().contiguous(), 0).equal(words.t())
+
+
+def test_nf4_reference_reads_the_high_nibble_first():
+    from floorline.quant import nf4
+
+    code = torch.linspace(-1, 1, 16)
+    codes = torch.arange(128) % 16  # one row of 128 weights, two blocks of 64
+    packed = ((codes[0::2] << 4) | codes[1::2]).to(torch.uint8).reshape(-1, 1)
+    absmax = torch.tensor([2.0, 3.0])
+    ref = nf4.reference(packed, absmax, code, (1, 128))
+    want = code[codes] * torch.tensor([2.0] * 64 + [3.0] * 64)
+    assert torch.equal(ref, want.reshape(1, 128))
+
+
+# ---------------------------------------------------------------------------------------------- fake backend
+class FakeLinear(torch.nn.Module):
+    def __init__(self, packed, scales, zeros, bias, in_features, out_features, swap):
+        super().__init__()
+        self.packed, self.scales, self.zeros, self.bias = packed, scales, zeros, bias
+        self.in_features, self.out_features, self.swap = in_features, out_features, swap
+
+    def forward(self, x):
+        hi, lo = (self.packed >> 4), (self.packed & 0xF)
+        first, second = (lo, hi) if self.swap else (hi, lo)  # swap: a layout bug
+        codes = torch.stack([first, second], -1).reshape(self.out_features, self.in_features)
+        w = base.dequant(codes, self.scales, self.zeros)
+        return torch.nn.functional.linear(x, w.to(x.dtype), self.bias)
+
+
+class Fake(base.Backend):
+    """Two codes per byte, a bf16 scale and a bf16 zero per group of 32: floorline's own math, torch's matmul."""
+
+    name, library, dist, extra = "fake", "torch", "torch", "fake"
+    devices, dtypes = ("cpu", "cuda"), ("bf16", "fp32")
+    quantiser, kernel = "round-to-nearest", "dequantise + torch linear"
+    swap = False
+
+    def format(self, dense_bytes=2):
+        return floor.WeightFormat(bits=4, group_size=32, scale_bits=16, zero_bits=16, dense_bytes=dense_bytes,
+                                  name="fake int4 g32")
+
+    def pack(self, linear):
+        codes, scales, zeros = base.rtn(linear.weight.data, 32)
+        s, z = scales.to(torch.bfloat16), zeros.to(torch.bfloat16)
+        packed = ((codes[:, 0::2] << 4) | codes[:, 1::2]).contiguous()
+        bias = None if linear.bias is None else linear.bias.data
+        m = FakeLinear(packed, s, z, bias, linear.in_features, linear.out_features, self.swap)
+        return base.Packed(m, base.dequant(codes, s, z), [packed, s, z])
+
+
+class Broken(Fake):
+    name = "broken"
+    swap = True
+
+
+@pytest.fixture
+def fake_backends(monkeypatch):
+    monkeypatch.setitem(quant.BACKENDS, "fake", Fake)
+    monkeypatch.setitem(quant.BACKENDS, "broken", Broken)
+
+
+def test_convert_replaces_every_matrix_and_stores_what_the_floor_counts(cpu):
+    a = zoo.ZOO["tiny-qwen2"]
+    m = models.build_random(a, cpu, "fp32", seed=1)
+    conv = quant.convert(m, Fake(), torch.float32)
+    assert conv.layers == a.layers * 7
+    assert all(isinstance(mod, FakeLinear) for _, _, _, mod in quant.decoder_linears(m))
+    fmt = Fake().format(4)
+    assert conv.stored_bytes == a.layers * sum(fmt.matrix_bytes(o, i) for o, i in floor.decoder_matrix_shapes(a))
+    assert conv.max_check_error < 1e-5  # fp32 end to end: only summation order differs
+    assert 0.02 < conv.quant_error < 0.2
+    assert isinstance(m.lm_head, torch.nn.Linear) and m.lm_head.weight.dtype == torch.float32  # lm_head stays dense
+
+
+def test_the_check_catches_a_layout_bug(cpu):
+    m = models.build_random(zoo.ZOO["tiny-llama"], cpu, "fp32", seed=1)
+    with pytest.raises(base.QuantCheckError, match=r"layers\.0\.self_attn\.q_proj: relative error"):
+        quant.convert(m, Broken(), torch.float32)
+
+
+def test_measure_records_the_quant_fields_and_the_kernel_chain(fake_backends):
+    cfg = measure.RunConfig("tiny-llama", [32], ["eager"], dtype="fp32", device="cpu", warmup=1, steps=3,
+                            quant="fake", kernels=True)
+    cell, chain = list(measure.measure_cells(cfg))
+    assert cell["valid"], cell["reason"]
+    assert cell["quant"] == "fake" and cell["quant_format"] == "fake int4 g32"
+    assert cell["quant_stored_matrix_bytes"] == cell["floor_bytes_decoder_matrices"]
+    assert cell["quant_matrices"] == zoo.ZOO["tiny-llama"].layers * 7 and cell["quant_check_max_rel_error"] < 1e-5
+    assert cell["floor_bytes"] == floor.floor(zoo.ZOO["tiny-llama"], 32, Fake().format(4)).bytes
+    assert chain["kind"] == "kernels" and chain["valid"] and len(chain["samples_ms"]) == 30
+    assert chain["chain_bytes"] == cell["floor_bytes_decoder_matrices"]  # tiny-llama has no biases
+
+
+def test_a_failed_check_is_recorded_not_timed(fake_backends):
+    cfg = measure.RunConfig("tiny-llama", [32], ["eager", "static"], dtype="fp32", device="cpu", warmup=1, steps=3,
+                            quant="broken", kernels=True)
+    recs = list(measure.measure_cells(cfg))
+    assert [r.get("mode") for r in recs] == ["eager", "static", "kernels"]
+    for r in recs:
+        assert r["valid"] is False and r["reason"].startswith("quant check failed: layers.0.self_attn.q_proj")
+    assert recs[0]["step_ms_median"] is None and recs[0]["samples_ms"] is None
+
+
+def test_cli_run_with_a_failed_check_exits_1(fake_backends, tmp_path):
+    rc, _, err = run_cli(["run", "--model", "tiny-llama", "--ctx", "32", "--device", "cpu", "--dtype", "fp32",
+                          "--mode", "eager", "--steps", "2", "--warmup", "0", "--quant", "broken"])
+    assert rc == 1
+
+
+@pytest.mark.skipif(not HAS_BNB, reason="bitsandbytes is not installed (pip install 'floorline[nf4]')")
+def test_nf4_on_the_cpu_stores_exactly_what_the_floor_counts(cpu):
+    a = zoo.ZOO["tiny-qwen2"]
+    m = models.build_random(a, cpu, "bf16", seed=2)
+    b = quant.get("nf4")
+    conv = quant.convert(m, b, torch.bfloat16)
+    want = a.layers * sum(b.format(2).matrix_bytes(o, i) for o, i in floor.decoder_matrix_shapes(a))
+    assert conv.stored_bytes == want  # to the byte: uint8 codes + fp32 absmax + code book, per matrix
+    assert conv.max_check_error < b.check_tolerance and 0.05 < conv.quant_error < 0.2
+    with torch.inference_mode():
+        assert torch.isfinite(m(input_ids=torch.arange(8)[None], use_cache=False).logits).all()
+
+
+# ------------------------------------------------------------------------------------------------ unavailable
+@pytest.mark.parametrize("name", list(quant.BACKENDS))
+def test_a_missing_library_names_its_install(name, monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None)
+    why = quant.get(name).missing("cuda")
+    assert why and "\n" not in why and name in why
+    assert ("pip install 'floorline[" in why) if name != "awq-marlin" else ("github.com/IST-DASLab/marlin" in why)
+
+
+@pytest.mark.parametrize("name", [n for n in quant.BACKENDS if n != "nf4"])
+def test_cuda_only_backends_refuse_the_cpu(name):
+    why = quant.get(name).missing("cpu")
+    assert why and "needs a CUDA GPU" in why and "\n" not in why
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--quant", "int4-gemlite"], ["int4-gemlite", "CUDA GPU"]),
+    (["--quant", "gptq-exllamav2"], ["fp16", "--dtype fp16"]),
+    (["--quant", "gptq-exllamav2", "--dtype", "fp16"], ["CUDA GPU"]),
+    (["--quant", "int3"], ["unknown quant backend", "nf4"]),
+])
+def test_cli_unavailable_is_one_line_exit_2(argv, words):
+    rc, out, err = run_cli(["run", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", *argv])
+    assert rc == 2 and out == ""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("floorline: error:") and "Traceback" not in err
+    for w in words:
+        assert w in lines[0]
+
+
+def test_canonical_names():
+    assert quant.canonical("bf16") == quant.canonical("none") == quant.canonical("") == "none"
+    assert quant.canonical("nf4") == "nf4" and quant.label("none") == "bf16"
+    assert quant.get("bf16") is None
+
+
+# -------------------------------------------------------------------------------------------- quant: the rows
+def _cell(q, mode, ms, fbytes, valid=True, reason=None, dtype="bf16"):
+    return {"kind": "cell", "model": "m", "ctx": 2048, "mode": mode, "quant": q, "dtype": dtype, "device": "cuda",
+            "step_ms_median": ms if valid else None, "floor_bytes": fbytes, "floor_ms_measured": fbytes / 4e9,
+            "fraction_of_floor_measured": fbytes / 4e9 / ms if valid else None, "valid": valid, "reason": reason}
+
+
+def test_share_of_the_ideal_saving():
+    # 4x fewer bytes: the ideal is 2.5 ms from 10; reaching 4 ms realises 6 / 7.5 = 80%
+    assert quantstudy.share_realised(10.0, 4.0, 4000, 1000) == pytest.approx(0.8)
+    assert quantstudy.share_realised(10.0, 2.5, 4000, 1000) == pytest.approx(1.0)
+    assert quantstudy.share_realised(10.0, 12.0, 4000, 1000) == pytest.approx(-2 / 7.5)
+    assert quantstudy.share_realised(10.0, 9.0, 4000, 4000) is None  # no bytes saved: no share
+
+
+def test_rows_per_backend_and_mode():
+    recs = [_cell("none", "graph", 8.0, 12e9), _cell("nf4", "graph", 7.0, 4e9),
+            _cell("gptq-exllamav2", "graph", None, 3.9e9, valid=False, reason="quant check failed: x", dtype="fp16"),
+            _cell("nf4", "graph", 6.0, 4e9)]  # a later rerun wins
+    rows = quantstudy.rows(recs, "m", 2048, ["graph"], ["bf16", "nf4", "gptq-exllamav2", "int4-gemlite"])
+    by = {r["backend"]: r for r in rows}
+    assert by["bf16"]["speedup"] == 1.0 and by["bf16"]["share"] is None
+    assert by["nf4"]["ms"] == 6.0 and by["nf4"]["speedup"] == pytest.approx(8 / 6)
+    assert by["nf4"]["ideal_speedup"] == pytest.approx(3.0)
+    assert by["nf4"]["share"] == pytest.approx((8 - 6) / (8 - 8 / 3))
+    assert by["gptq-exllamav2"]["status"] == "quant check failed: x" and by["gptq-exllamav2"]["ms"] is None
+    assert by["int4-gemlite"]["status"] == "not run"
+
+
+def test_kernel_rows():
+    recs = [{"kind": "kernels", "model": "m", "ctx": None, "mode": "kernels", "quant": q, "valid": True,
+             "chain_ms_median": ms, "chain_bytes": b, "achieved_gbps": b / ms / 1e6, "fraction_of_floor_measured": 0.5}
+            for q, ms, b in (("none", 4.0, 13e9), ("nf4", 3.0, 3.6e9))]
+    by = {r["backend"]: r for r in quantstudy.kernel_rows(recs, "m", ["bf16", "nf4"])}
+    assert by["nf4"]["speedup"] == pytest.approx(4 / 3)
+    assert by["nf4"]["share"] == pytest.approx((4 - 3) / (4 - 4 * 3.6 / 13))
+
+
+def test_published_rows_are_the_studys():
+    rows = {r["backend"]: r for r in quantstudy.published_rows()}
+    assert rows["gptq-exllamav2"]["ms"] == 17.36 and rows["bf16"]["ms"] == 62.32
+    assert rows["nf4"]["speedup"] == pytest.approx(62.32 / 59.36)
+    ideal = rows["nf4"]["ideal_speedup"]
+    assert rows["nf4"]["share"] == pytest.approx((62.32 - 59.36) / (62.32 - 62.32 / ideal))
+
+
+def test_plan_checks_input_before_anything_runs():
+    base_cfg = measure.RunConfig("tiny-llama", [32], ["eager"], device="cpu")
+    with pytest.raises(UserError, match="unknown quant backend"):
+        quantstudy.plan(quantstudy.QuantConfig(base_cfg, ["nf4", "int3"], "x.jsonl"), [])
+    with pytest.raises(UserError, match="one --ctx"):
+        quantstudy.plan(quantstudy.QuantConfig(measure.RunConfig("tiny-llama", [32, 64], [], device="cpu"),
+                                               [], "x.jsonl"), [])
+    jobs = quantstudy.plan(quantstudy.QuantConfig(base_cfg, ["int4-gemlite"], "x.jsonl"), [])
+    assert [j.backend for j in jobs] == ["bf16", "int4-gemlite"]  # the reference always runs
+    assert jobs[1].unavailable.startswith("unavailable: int4-gemlite needs a CUDA GPU")
+
+
+@pytest.mark.skipif(not HAS_BNB, reason="bitsandbytes is not installed (pip install 'floorline[nf4]')")
+def test_quant_command_end_to_end_and_resume(tmp_path):
+    out = tmp_path / "results.jsonl"
+    argv = ["quant", "--model", "tiny-llama", "--ctx", "32", "--device", "cpu", "--mode", "eager", "--steps", "3",
+            "--warmup", "1", "--backends", "nf4,int4-tinygemm", "--kernels", "--output", str(out)]
+    rc, stdout, err = run_cli(argv)
+    assert rc == 0, err
+    recs = [json.loads(ln) for ln in out.read_text().splitlines()]
+    cells = {(r["quant"], r["kind"]): r for r in recs}
+    assert cells[("none", "cell")]["valid"] and cells[("nf4", "cell")]["valid"]
+    assert cells[("none", "kernels")]["valid"] and cells[("nf4", "kernels")]["valid"]
+    assert cells[("int4-tinygemm", "cell")]["reason"].startswith("unavailable: int4-tinygemm needs a CUDA GPU")
+    for w in ("nf4", "int4-tinygemm", "share of ideal saving", "published", "17.36", "kernel level"):
+        assert w in stdout
+    rc, _, _ = run_cli(argv)  # resumes: nothing new to run, the unavailable reason is not repeated
+    assert rc == 0 and len(out.read_text().splitlines()) == len(recs)
+    rc, _, err = run_cli(["report", str(out), "--out", str(tmp_path / "rep")])
+    assert rc == 0, err
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Quantised backends" in md and "unavailable: int4-tinygemm" in md
+
+
+def test_ab_arms_with_different_quant_build_separately():
+    from floorline import ab
+
+    cfg = ab.ABConfig(measure.RunConfig("tiny-llama", [32], [], device="cpu"), ab.parse_arm("graph"),
+                      ab.parse_arm("graph,quant=nf4"))
+    both = ab.session_configs(cfg, cfg.a, cfg.b)
+    assert [c.quant for c in both] == ["none", "nf4"] and all(c.modes == ["graph"] for c in both)
+    assert ab.parse_arm("eager", quant_="nf4").label == "eager/nf4"
+
+
+def test_weight_format_of_a_run():
+    assert measure.weight_format(measure.RunConfig("m", [1], [], quant="nf4")).name.startswith("bitsandbytes nf4")
+    assert measure.weight_format(measure.RunConfig("m", [1], [], dtype="fp32")).matrix_bytes(2, 2) == 16
+    assert math.isclose(floor.floor(QWEN, 2048, measure.weight_format(
+        measure.RunConfig("m", [1], [], quant="int4-gemlite"))).components["decoder_matrices"] / 1e9, 3.467, rel_tol=1e-3)
