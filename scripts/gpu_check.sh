@@ -11,6 +11,8 @@
 #     quick   one run cell (qwen2.5-7b, ctx 2048, all modes): a smoke test
 #     quant   floorline quant qwen2.5-7b ctx 2048, every backend here, eager + graph, with the kernel chain
 #             (issue: quantised decode); the quant libraries come from .site/ or .whl/ (see below)
+#     native  mode native: agreement with HF (qwen2.5-7b, llama-3.1-8b), the per-kernel GB/s table, and
+#             floorline run --mode graph,compile,native at ctx 2048 and 16384, bf16 and --quant int4 (issue: native)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -25,7 +27,7 @@ fi
 for d in .site .ext/lib; do [ -d "$d" ] && export PYTHONPATH=$PYTHONPATH:$PWD/$d; done
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}  # exllamav2 JIT-builds its extension on first import (~2 min on 16 cores)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(tests run ab explain grid quant)
+[ ${#stages[@]} -eq 0 ] && stages=(tests run ab explain grid quant native)
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c 'import torch, transformers, triton; print("torch", torch.__version__, "transformers", transformers.__version__, "triton", triton.__version__)'
@@ -35,9 +37,10 @@ for stage in "${stages[@]}"; do
   echo "== $stage ($(( $(date +%s) - t0 )) s)"
   case $stage in
     tests)
-      python3 -m pytest -q -m gpu tests --ignore tests/test_gpu_quant.py 2>&1 | tee "$OUT/pytest_gpu.log"
+      python3 -m pytest -q -m gpu tests --ignore tests/test_gpu_quant.py --ignore tests/test_gpu_native.py 2>&1 \
+        | tee "$OUT/pytest_gpu.log"
       # one process per quant backend: a library that faults (Marlin on the H200) poisons its CUDA context
-      for b in nf4 exllamav2 marlin tinygemm gemlite run_records; do
+      for b in nf4 exllamav2 marlin tinygemm gemlite "int4 and not tinygemm and not gemlite" run_records; do
         python3 -m pytest -q -m gpu tests/test_gpu_quant.py -k "$b" 2>&1 | tee -a "$OUT/pytest_gpu.log" | tail -3
       done ;;
     run|quick)
@@ -59,6 +62,15 @@ for stage in "${stages[@]}"; do
     quant)
       fl quant --model qwen2.5-7b --ctx 2048 --mode eager,graph --kernels --timeout 900 \
         --output "$OUT/quant.jsonl" 2>&1 | tee "$OUT/quant.log" ;;
+    native)
+      python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
+      python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"
+      for m in qwen2.5-7b llama-3.1-8b; do
+        fl run --model "$m" --ctx 2048,16384 --mode graph,compile,native --output "$OUT/native.jsonl" --format md \
+          2>&1 | tee -a "$OUT/native.log"
+        fl run --model "$m" --ctx 2048,16384 --quant int4 --mode graph,native --output "$OUT/native.jsonl" \
+          --format md 2>&1 | tee -a "$OUT/native.log"
+      done ;;
     summary) ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
@@ -76,6 +88,12 @@ if os.path.exists(p):
     print(f"{r0['device_name']} driver {r0.get('driver_version')}, copy {r0['measured_gbps']:.0f} GB/s measured, "
           f"peak {r0['peak_gbps']} GB/s; torch {r0['torch_version']}, transformers {r0['transformers_version']}")
     print(display.markdown([r for r in recs if r.get("kind", "cell") == "cell"]))
+p = os.path.join(out, "native.jsonl")
+if os.path.exists(p):
+    print(display.markdown(records.read(p)))
+p = os.path.join(out, "native_bench.log")
+if os.path.exists(p):
+    print("".join(l for l in open(p) if l.startswith("|")))
 p = os.path.join(out, "grid.jsonl")
 if os.path.exists(p):
     recs = records.read(p)

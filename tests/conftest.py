@@ -11,8 +11,13 @@ import io
 import json
 from pathlib import Path
 
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():  # mode native's Triton kernels run under Triton's interpreter on the CPU;
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when triton is first imported, so before any test module
 
 
 def pytest_collection_modifyitems(config, items):

@@ -215,10 +215,16 @@ def test_a_missing_library_names_its_install(name, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None)
     why = quant.get(name).missing("cuda")
     assert why and "\n" not in why and name in why
-    assert ("pip install 'floorline[" in why) if name != "awq-marlin" else ("github.com/IST-DASLab/marlin" in why)
+    hint = {"awq-marlin": "github.com/IST-DASLab/marlin", "int4": "pip install triton"}
+    assert hint.get(name, "pip install 'floorline[") in why
 
 
-@pytest.mark.parametrize("name", [n for n in quant.BACKENDS if n != "nf4"])
+def test_floorlines_int4_needs_nothing_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None)
+    assert quant.get("int4").missing("cpu") is None  # its torch reference runs there
+
+
+@pytest.mark.parametrize("name", [n for n in quant.BACKENDS if n not in ("nf4", "int4")])
 def test_cuda_only_backends_refuse_the_cpu(name):
     why = quant.get(name).missing("cpu")
     assert why and "needs a CUDA GPU" in why and "\n" not in why

@@ -109,9 +109,9 @@ def test_unknown_mode():
 
 
 def test_modes_per_device():
-    assert runtimes.MODES == ("eager", "static", "graph", "compile")
+    assert runtimes.MODES == ("eager", "static", "graph", "compile", "native")
     assert runtimes.modes_for("cpu") == runtimes.CPU_MODES == ("eager", "static")
-    assert runtimes.modes_for("cuda") == runtimes.MODES
+    assert runtimes.modes_for("cuda") == ("eager", "static", "graph", "compile")  # native: by name, for now
     for name, r in runtimes.RUNTIMES.items():
         assert r.name == name
     assert runtimes.RUNTIMES["graph"].prepare_tokens == 2 and runtimes.RUNTIMES["compile"].prepare_tokens == 3

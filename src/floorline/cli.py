@@ -356,6 +356,11 @@ def cmd_quant(args) -> int:
         recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
     jobs = quantstudy.plan(cfg, [])
     names = [j.backend for j in jobs]
+    from floorline.sweep import device_kind
+
+    kind = device_kind(jobs[0].run.device)  # the output may hold other runs (sweep's, other attention or devices)
+    recs = [r for r in recs if (r.get("attn_implementation") or "sdpa") == base.attn
+            and device_kind(r.get("device")) == kind]
     modes, model, ctx = jobs[0].run.modes, zoo_name(base.model), base.ctxs[0]
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
     t = Table(title=f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit width, "
@@ -419,7 +424,7 @@ def build_parser() -> Parser:
     opts.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
     opts.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
     opts.add_argument("--quant", default="none", help="decoder matrices: none/bf16 (default), nf4, gptq-exllamav2, "
-                                                      "awq-marlin, int4-tinygemm or int4-gemlite")
+                                                      "awq-marlin, int4-tinygemm, int4-gemlite or int4 (floorline's)")
 
     cell = argparse.ArgumentParser(add_help=False, parents=[opts])
     cell.add_argument("--model", default=None,
@@ -472,8 +477,8 @@ def build_parser() -> Parser:
 
     qt = sub.add_parser("quant", parents=[common, cell], help="int4 backends against their own floors: the share "
                                                               "of the ideal saving each realises")
-    qt.add_argument("--backends", default=None, help="comma-separated (default: all): " + ", ".join(
-        ["bf16", "nf4", "gptq-exllamav2", "awq-marlin", "int4-tinygemm", "int4-gemlite"]))
+    qt.add_argument("--backends", default=None, help="comma-separated (default: all): bf16, nf4, gptq-exllamav2, "
+                                                     "awq-marlin, int4-tinygemm, int4-gemlite, int4")
     qt.add_argument("--mode", default="eager,graph", help="modes, comma-separated (default eager,graph)")
     qt.add_argument("--kernels", action="store_true", help="also time the chain of decoder matrices alone")
     qt.add_argument("--output", default="results.jsonl", help="JSON-lines results (shared with sweep); resumes")

@@ -9,6 +9,7 @@ Records are yielded as each mode finishes, so the caller can write them before t
 from __future__ import annotations
 
 import gc
+import importlib.util
 import math
 import time
 import traceback
@@ -104,6 +105,11 @@ def validate(cfg: RunConfig, a: zoo.Arch, device_type: str | None = None) -> Non
     if cfg.dtype not in models.TORCH_DTYPES:
         raise UserError(f"unknown dtype {cfg.dtype!r}; use one of {', '.join(models.TORCH_DTYPES)}")
     backend = quant.get(cfg.quant)
+    if "native" in cfg.modes and importlib.util.find_spec("triton") is None:
+        raise UserError("mode native needs Triton: pip install 'floorline[native]' (CUDA builds of torch bring it)")
+    if "native" in cfg.modes and backend is not None and backend.name != "int4":
+        raise UserError(f"mode native runs dense weights or floorline's own int4; use --quant int4 or none, "
+                        f"not {backend.name}")
     if backend is not None:
         if cfg.dtype not in backend.dtypes:
             raise UserError(f"{backend.name} runs {'/'.join(backend.dtypes)} activations; use --dtype "

@@ -12,12 +12,14 @@ from floorline.quant.awq_marlin import AwqMarlin
 from floorline.quant.base import Backend, Conversion, QuantCheckError, convert, decoder_linears
 from floorline.quant.gemlite import Int4Gemlite
 from floorline.quant.gptq_exllamav2 import GptqExllamaV2
+from floorline.quant.int4 import Int4Native
 from floorline.quant.nf4 import NF4
 from floorline.quant.tinygemm import Int4Tinygemm
 
 REFERENCE = "none"
 ALIASES = {"bf16": REFERENCE, "none": REFERENCE}
-BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (NF4, GptqExllamaV2, AwqMarlin, Int4Tinygemm, Int4Gemlite)}
+BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (NF4, GptqExllamaV2, AwqMarlin, Int4Tinygemm, Int4Gemlite,
+                                                           Int4Native)}
 NAMES = ("bf16", *BACKENDS)  # the order of every table
 
 __all__ = ["Backend", "Conversion", "QuantCheckError", "convert", "decoder_linears", "canonical", "get", "NAMES",

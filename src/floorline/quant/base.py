@@ -54,7 +54,8 @@ class Backend:
     def missing(self, device_type: str) -> str | None:
         """Why this backend cannot run here (one line naming the fix), or None. Imports nothing heavy."""
         if device_type not in self.devices:
-            return f"{self.name} needs a CUDA GPU (its kernels are CUDA-only); on the CPU use --quant nf4 or none"
+            return (f"{self.name} needs a CUDA GPU (its kernels are CUDA-only); on the CPU use --quant nf4, int4 "
+                    f"or none")
         if importlib.util.find_spec(self.library) is None:
             return f"{self.name} needs {self.dist}: {self.install_hint()}"
         return None
@@ -201,6 +202,7 @@ def convert(model: torch.nn.Module, backend: Backend, dtype: torch.dtype, check:
         setattr(parent, attr, p.module)
         res.stored_bytes += tensor_bytes(p.tensors)
         res.layers += 1
+        items[idx] = None  # the list held the dense module too: drop it so its weight is freed now
         del p, lin
         if (idx + 1) % 28 == 0:
             log(f"{backend.name}: {idx + 1}/{len(items)} matrices converted")

@@ -15,6 +15,7 @@ import torch
 from floorline import floor, models, stats
 from floorline.quant.base import decoder_linears
 from floorline.records import SCHEMA_VERSION
+from floorline.runtimes.base import capture_graph
 from floorline.timing import time_steps
 
 WARMUP = 3
@@ -34,7 +35,12 @@ def chain_record(ses, failed: str | None = None) -> dict:
                 "chain_matrix_bytes": matrix_bytes, "valid": failed is None, "reason": failed})
     if failed:
         return rec
-    samples = _time_chain(ses.model, ses.device, models.TORCH_DTYPES[cfg.dtype], cfg.seed)
+    try:
+        samples = _time_chain(ses.model, ses.device, models.TORCH_DTYPES[cfg.dtype], cfg.seed)
+    except Exception as e:  # a kernel that cannot be captured or run: recorded, so a resume does not retry forever
+        msg = (str(e).strip().splitlines() or [""])[0][:300]
+        rec.update({"valid": False, "reason": f"crash: {type(e).__name__}: {msg}"})
+        return rec
     s = stats.summarize(samples)
     ms = s["step_ms_median"]
     rec.update({"chain_ms_median": ms, "chain_ms_p90": s["step_ms_p90"], "samples_ms": samples,
@@ -61,15 +67,7 @@ def _time_chain(model: torch.nn.Module, device: torch.device, dtype: torch.dtype
             for _ in range(WARMUP):
                 chain()
             return time_steps(chain, SAMPLES, device)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up (autotuners, workspaces) off the capture stream
-            for _ in range(WARMUP):
-                chain()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            chain()
+        graph = capture_graph(chain, WARMUP)  # warm-up (autotuners, workspaces) off the capture stream first
         for _ in range(WARMUP):
             graph.replay()
         torch.cuda.synchronize()

@@ -9,16 +9,17 @@ from floorline.runtimes.base import Runtime
 from floorline.runtimes.compiled import Compiled
 from floorline.runtimes.eager import Eager
 from floorline.runtimes.graph import Graph
+from floorline.runtimes.native import Native
 from floorline.runtimes.static import Static
 
-RUNTIMES: dict[str, type[Runtime]] = {r.name: r for r in (Eager, Static, Graph, Compiled)}
+RUNTIMES: dict[str, type[Runtime]] = {r.name: r for r in (Eager, Static, Graph, Compiled, Native)}
 MODES = tuple(RUNTIMES)
 CPU_MODES = tuple(m for m, r in RUNTIMES.items() if not r.needs_cuda)
 
 
 def modes_for(device_type: str) -> tuple[str, ...]:
     """What `--mode all` means on this device."""
-    return MODES if device_type == "cuda" else CPU_MODES
+    return tuple(m for m in (MODES if device_type == "cuda" else CPU_MODES) if RUNTIMES[m].in_all)
 
 
 def get(mode: str, device_type: str) -> type[Runtime]:

@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import inspect
+from typing import Callable
 
 import torch
+
+
+def capture_graph(body: Callable[[], None], warmup: int) -> "torch.cuda.CUDAGraph":
+    """`warmup` real calls of `body` on a side stream (as CUDA graphs require; compilers and autotuners run here),
+    then one call recorded, not run, into a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    torch.cuda.synchronize()
+    return graph
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -20,6 +37,7 @@ class Runtime:
 
     name = ""
     needs_cuda = False
+    in_all = True  # part of `--mode all`
     static_cache = False
     prepare_tokens = 0
 

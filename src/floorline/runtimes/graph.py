@@ -3,9 +3,7 @@ advance inside the graph (in-place adds on device tensors), so every replay is t
 
 import time
 
-import torch
-
-from floorline.runtimes.base import Runtime
+from floorline.runtimes.base import Runtime, capture_graph
 
 
 class Graph(Runtime):
@@ -16,16 +14,8 @@ class Graph(Runtime):
 
     def prepare(self) -> None:
         t0 = time.perf_counter()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(self.prepare_tokens):
-                self._step_body()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._step_body()  # recorded, not run: the state does not advance during capture
-        torch.cuda.synchronize()
+        # recorded, not run: the state does not advance during capture
+        self.graph = capture_graph(self._step_body, self.prepare_tokens)
         self.prepare_s = time.perf_counter() - t0
 
     def step(self) -> None:

@@ -1,0 +1,190 @@
+"""floorline's own decode model for the Llama / Qwen2 / Mistral families, in the spirit of gpt-fast.
+
+The weights are taken from the HF model floorline built or loaded (random or a local directory) and re-laid-out
+once: q, k, v fused into one matrix (Qwen2's biases fused alike), gate and up fused, the norms, lm_head and the
+embedding shared with the HF model (no copy). A static KV cache (layers, kv_heads, length, head_dim) sized to the run.
+RoPE tables come from the HF model's own rotary embedding (so llama3 scaling is HF's), as cos / sin per position.
+
+A decode step reads the token and the position from device tensors and writes the next token and position back in
+place, so the whole step can be one CUDA graph. `ops` picks the kernels: "triton" (native/kernels.py) or "torch"
+(their references, any device). The residual stream and every activation vector stay fp32.
+Prefill runs plain torch (batched matmuls and SDPA, in chunks) into the same cache: it is not timed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from floorline.native import kernels as K
+
+
+class NativeModel:
+    def __init__(self, hf, max_len: int, ops: str = "triton"):
+        cfg = hf.config
+        self.ops = ops
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.hidden, self.eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.max_len = max_len
+        dev = next(hf.parameters()).device
+        self.device = dev
+        self.embed = hf.model.embed_tokens.weight
+        self.final_norm = hf.model.norm.weight
+        self.lm_head = hf.lm_head.weight
+        self.layers = [self._layer(layer) for layer in hf.model.layers]
+        rot = hf.model.rotary_emb
+        self.cos, self.sin = K.rope_tables(rot.inv_freq, max_len, float(getattr(rot, "attention_scaling", 1.0)), dev)
+        dt = self.embed.dtype
+        n = len(self.layers)
+        self.k_cache = torch.zeros(n, self.kv_heads, max_len, self.head_dim, device=dev, dtype=dt)
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.tok = torch.zeros(1, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(1, dtype=torch.int32, device=dev)
+        self.logits = None
+        self._buffers(dev)
+
+    # -------------------------------------------------------------------------------------------- weights
+    def _layer(self, layer) -> dict:
+        at, mlp = layer.self_attn, layer.mlp
+        d = {"attn_norm": layer.input_layernorm.weight, "ffn_norm": layer.post_attention_layernorm.weight}
+        qkv = [at.q_proj, at.k_proj, at.v_proj]
+        d["qkv"] = _fuse(qkv, bias_ok=True)
+        d["qkv_bias"] = torch.cat([m.bias for m in qkv]).float() if at.q_proj.bias is not None else None
+        d["o"] = _fuse([at.o_proj])
+        d["gate_up"] = _fuse([mlp.gate_proj, mlp.up_proj])
+        d["down"] = _fuse([mlp.down_proj])
+        return d
+
+    def _buffers(self, dev) -> None:
+        f32 = dict(device=dev, dtype=torch.float32)
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        inter = self.layers[0]["gate_up"]["rows"] // 2
+        self.x = [torch.zeros(self.hidden, **f32), torch.zeros(self.hidden, **f32)]  # the residual, ping-pong
+        self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
+        self.q = torch.zeros(h, d, **f32)
+        self.gu = torch.zeros(2 * inter, **f32)
+        self.logits = torch.zeros(self.lm_head.shape[0], **f32)
+        self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
+
+    # ------------------------------------------------------------------------------------------------ ops
+    def _gemv(self, m: dict, x, out, **kw):
+        w = m["w"]
+        extra = {"scales": m["scales"], "zeros": m["zeros"]} if "scales" in m else {}
+        if self.ops == "triton":
+            return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, **kw)
+        out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
+        return out
+
+    def _rope_kv(self, i: int):
+        args = (self.qkv, self.cos, self.sin, self.pos, self.k_cache[i], self.v_cache[i], self.heads,
+                self.kv_heads, self.head_dim)
+        if self.ops == "triton":
+            return K.tri_rope_kv(*args, q_out=self.q)
+        self.q.copy_(K.ref_rope_kv(*args))
+        return self.q
+
+    def _attention(self, i: int):
+        if self.ops == "triton":
+            return K.tri_attention(self.q, self.k_cache[i], self.v_cache[i], self.pos, self.scale, self.attn)
+        return K.ref_attention(self.q, self.k_cache[i], self.v_cache[i], self.pos, self.scale)
+
+    # ----------------------------------------------------------------------------------------------- step
+    def step(self) -> None:
+        """One token: self.tok at self.pos in, the next token and position out, all on the device, in place."""
+        cur = 0
+        self.x[cur].copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
+        for i, lay in enumerate(self.layers):
+            self._gemv(lay["qkv"], self.x[cur], self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"],
+                       bias=lay["qkv_bias"])
+            self._rope_kv(i)
+            a = self._attention(i)
+            self._gemv(lay["o"], a, self.x[1 - cur], residual=self.x[cur])
+            cur = 1 - cur
+            self._gemv(lay["gate_up"], self.x[cur], self.gu, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"])
+            self._gemv(lay["down"], self.gu, self.x[1 - cur], pro=K.PRO_SILU_MUL, residual=self.x[cur])
+            cur = 1 - cur
+        self._gemv({"w": self.lm_head}, self.x[cur], self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
+        self.tok.copy_(self.logits.argmax().view(1))
+        self.pos.add_(1)
+
+    # -------------------------------------------------------------------------------------------- prefill
+    @torch.no_grad()
+    def prefill(self, prompt: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+        """Prompt (1, n) into the cache in chunks (plain torch); leaves the first next token in self.tok and n in
+        self.pos; returns the last position's logits (fp32)."""
+        ids = prompt.reshape(-1)
+        n = ids.numel()
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            logits = self._prefill_chunk(ids[s:e], s)
+        self.tok.copy_(logits.argmax().view(1))
+        self.pos.fill_(n)
+        return logits
+
+    def _prefill_chunk(self, ids, start: int) -> torch.Tensor:
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        n, end = ids.numel(), start + ids.numel()
+        x = self.embed[ids].float()
+        cos, sin = self.cos[start:end], self.sin[start:end]
+        mask = torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)  # row i sees 0..start+i
+        for i, lay in enumerate(self.layers):
+            hn = _rmsnorm(x, lay["attn_norm"], self.eps)
+            qkv = _mm(hn, lay["qkv"])
+            if lay["qkv_bias"] is not None:
+                qkv = qkv + lay["qkv_bias"]
+            qkv = qkv.reshape(n, h + 2 * kv, d)
+            q = K._rotate(qkv[:, :h], cos[:, None], sin[:, None])
+            k = K._rotate(qkv[:, h:h + kv], cos[:, None], sin[:, None])
+            self.k_cache[i, :, start:end] = k.transpose(0, 1).to(self.k_cache.dtype)
+            self.v_cache[i, :, start:end] = qkv[:, h + kv:].transpose(0, 1).to(self.v_cache.dtype)
+            kk = self.k_cache[i, :, :end].float().repeat_interleave(h // kv, 0)
+            vv = self.v_cache[i, :, :end].float().repeat_interleave(h // kv, 0)
+            o = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1), kk, vv, attn_mask=mask)
+            x = x + _mm(o.transpose(0, 1).reshape(n, h * d), lay["o"])
+            gate, up = _mm(_rmsnorm(x, lay["ffn_norm"], self.eps), lay["gate_up"]).chunk(2, -1)
+            x = x + _mm(torch.nn.functional.silu(gate) * up, lay["down"])
+        last = _rmsnorm(x[-1:], self.final_norm, self.eps)
+        return _mm(last, {"w": self.lm_head}).reshape(-1)
+
+
+def _rmsnorm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+
+
+def _fuse(mods: list, bias_ok: bool = False) -> dict:
+    """Row-wise concatenation of the matrices of `mods` (dense weights, or floorline's int4 layout). The HF modules
+    are then pointed at row slices of the fused tensors, so the weights exist once (HF's other modes still run)."""
+    if not bias_ok and any(getattr(m, "bias", None) is not None for m in mods):
+        raise ValueError("native mode fuses biases on q/k/v only; this model has them elsewhere")
+    if all(hasattr(m, "words") for m in mods):  # quant/int4.py's Int4Linear
+        fused = {k: torch.cat([getattr(m, k) for m in mods]) for k in ("words", "scales", "zeros")}
+        _repoint(mods, fused, lambda m, k, v: setattr(m, k, v))
+        return {"w": fused["words"], "scales": fused["scales"], "zeros": fused["zeros"],
+                "rows": sum(m.out_features for m in mods)}
+    if not all(type(m) is torch.nn.Linear for m in mods):
+        raise ValueError(f"native mode takes dense or floorline int4 matrices, not {type(mods[0]).__name__}")
+    if len(mods) == 1:
+        return {"w": mods[0].weight.data, "rows": mods[0].out_features}
+    fused = {"weight": torch.cat([m.weight.data for m in mods])}
+    _repoint(mods, fused, lambda m, k, v: setattr(getattr(m, k), "data", v))
+    return {"w": fused["weight"], "rows": fused["weight"].shape[0]}
+
+
+def _repoint(mods: list, fused: dict, assign) -> None:
+    start = 0
+    for m in mods:
+        rows = m.out_features
+        for k, t in fused.items():
+            assign(m, k, t[start:start + rows])
+        start += rows
+
+
+def _mm(x: torch.Tensor, m: dict) -> torch.Tensor:
+    """x @ W^T in fp32 out: int4 dequantised to fp32; dense in the weights' dtype (as HF's prefill runs)."""
+    if "scales" in m:
+        return x @ K.dequant_int4(m["w"], m["scales"], m["zeros"]).t()
+    w = m["w"]
+    return (x.to(w.dtype) @ w.t()).float()

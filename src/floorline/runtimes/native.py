@@ -1,0 +1,42 @@
+"""`native`: floorline's own decode model (native/model.py) with Triton kernels; the whole step is one CUDA graph,
+the token and position advanced on the device. Weights are the HF model's, re-laid-out once (fused q/k/v and
+gate/up); a static cache sized to the run. Dense weights or floorline's int4 (--quant int4)."""
+
+import time
+
+import torch
+
+from floorline.runtimes.base import Runtime, capture_graph
+
+
+class Native(Runtime):
+    name = "native"
+    needs_cuda = True
+    in_all = False  # asked for by name until its H200 run is in (see the README)
+    prepare_tokens = 2  # warm-up steps (Triton compile + autotune) on a side stream before capture
+
+    def __init__(self, model: torch.nn.Module, max_cache_len: int):
+        from floorline.native.model import NativeModel
+
+        self.model = model
+        self.max_cache_len = max_cache_len
+        self.device = next(model.parameters()).device
+        self.prepare_s = 0.0
+        self.graph = None
+        self.net = NativeModel(model, max_cache_len, ops="triton")
+        self.tok, self.pos = self.net.tok.view(1, 1), self.net.pos.view(1, 1)
+
+    def prefill(self, prompt: torch.Tensor, chunk: int = 1024) -> None:
+        self.net.prefill(prompt, chunk)
+
+    def prepare(self) -> None:
+        t0 = time.perf_counter()
+        self.graph = capture_graph(self.net.step, self.prepare_tokens)
+        self.prepare_s = time.perf_counter() - t0
+
+    def step(self) -> None:
+        self.graph.replay()
+
+    def close(self) -> None:
+        self.graph = None
+        self.net = None

@@ -1,0 +1,175 @@
+"""Mode native on the CPU: every Triton kernel under Triton's interpreter (TRITON_INTERPRET=1, set by conftest when
+there is no GPU) against its torch reference on small shapes; the native model against HF transformers in fp32 on
+the tiny models, with the reference ops and with the kernels; floorline's int4 format; the CPU refusal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import run_cli
+from floorline import models, quant, zoo
+from floorline.quant import base
+
+triton = pytest.importorskip("triton", reason="mode native's kernels need Triton: pip install 'floorline[native]'")
+from floorline.native import kernels as K  # noqa: E402
+from floorline.native.model import NativeModel  # noqa: E402
+
+GEN = torch.Generator().manual_seed(0)
+interpreted = pytest.mark.skipif(not K.INTERPRET, reason="runs the kernels on CPU tensors under TRITON_INTERPRET=1 "
+                                                         "(set when there is no GPU); on a GPU: test_gpu_native.py")
+
+
+def _rand(*shape, dtype=torch.float32, scale=1.0):
+    return (torch.randn(*shape, generator=GEN) * scale).to(dtype)
+
+
+def _rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+# ---------------------------------------------------------------------------------------------------- kernels
+@interpreted
+@pytest.mark.parametrize("pro", [K.PRO_NONE, K.PRO_RMSNORM, K.PRO_SILU_MUL])
+@pytest.mark.parametrize("bias, res", [(False, False), (True, True)])
+def test_gemv_bf16_matches_its_reference(pro, bias, res):
+    n, k = 40, 256
+    w = _rand(n, k, dtype=torch.bfloat16, scale=0.05)
+    x = _rand(2 * k if pro == K.PRO_SILU_MUL else k)
+    kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None,
+              bias=_rand(n) if bias else None, residual=_rand(n) if res else None)
+    want = K.ref_gemv(w, x, **kw)
+    got = K.tri_gemv(w, x, **kw)
+    assert got.dtype == torch.float32 and got.shape == (n,)
+    assert _rel(got, want) < 1e-5
+
+
+def test_gemv_reference_is_the_plain_product():
+    w, x = _rand(8, 64, scale=0.1), _rand(64)
+    assert torch.allclose(K.ref_gemv(w, x), w @ x, atol=1e-6)
+    g = _rand(64) + 1
+    normed = x / torch.sqrt((x * x).mean() + 1e-6) * g
+    assert torch.allclose(K.ref_gemv(w, x, pro=K.PRO_RMSNORM, norm_w=g), w @ normed, atol=1e-5)
+
+
+@interpreted
+@pytest.mark.parametrize("pro", [K.PRO_NONE, K.PRO_RMSNORM, K.PRO_SILU_MUL])
+def test_gemv_int4_matches_its_reference(pro):
+    n, k = 24, 384
+    lin = torch.nn.Linear(k, n, bias=True)
+    torch.nn.init.normal_(lin.weight, 0, 0.02)
+    p = quant.get("int4").pack(lin)
+    m = p.module
+    x = _rand(2 * k if pro == K.PRO_SILU_MUL else k)
+    kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None, bias=m.bias, scales=m.scales,
+              zeros=m.zeros, residual=_rand(n))
+    want = K.ref_gemv(m.words, x, **kw)
+    assert _rel(K.tri_gemv(m.words, x, **kw), want) < 1e-5
+    # and the reference applies exactly the dequantised weights the check uses
+    assert torch.equal(K.dequant_int4(m.words, m.scales, m.zeros), p.reference)
+
+
+@interpreted
+@pytest.mark.parametrize("pos", [0, 5, 63, 64, 100])
+def test_rope_kv_write_matches_its_reference(pos):
+    h, kv, d, length = 4, 2, 32, 128
+    qkv = _rand((h + 2 * kv) * d)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    cos, sin = K.rope_tables(inv, length, 1.0, "cpu")
+    caches = [torch.zeros(kv, length, d, dtype=torch.bfloat16) for _ in range(4)]
+    p = torch.tensor([pos], dtype=torch.int32)
+    q_ref = K.ref_rope_kv(qkv, cos, sin, p, caches[0], caches[1], h, kv, d)
+    q = K.tri_rope_kv(qkv, cos, sin, p, caches[2], caches[3], h, kv, d)
+    assert torch.allclose(q, q_ref, atol=1e-6)
+    for got, want in ((caches[2], caches[0]), (caches[3], caches[1])):  # within one bf16 step (the interpreter
+        assert torch.allclose(got.float(), want.float(), rtol=2 ** -7, atol=0)  # may round differently)
+    assert caches[2][:, pos].abs().sum() > 0 and caches[2][:, pos + 1:].abs().sum() == 0
+
+
+@interpreted
+@pytest.mark.parametrize("heads, kv", [(4, 2), (4, 4), (7, 1)])
+@pytest.mark.parametrize("pos", [0, 31, 64, 150])
+def test_flash_decoding_matches_softmax_attention(heads, kv, pos):
+    d, length = 32, 160
+    q = _rand(heads, d)
+    kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
+    p = torch.tensor([pos], dtype=torch.int32)
+    want = K.ref_attention(q, kc, vc, p, d ** -0.5)
+    scratch = K.AttnScratch(heads, kv, d, length, "cpu")
+    got = K.tri_attention(q, kc, vc, p, d ** -0.5, scratch)
+    assert _rel(got, want) < 2e-2  # on a GPU q and the probabilities go through bf16 tensor-core products
+    kc[:, pos + 1:] = 1e3  # positions after pos are never read
+    assert torch.equal(K.tri_attention(q, kc, vc, p, d ** -0.5, scratch), got)
+
+
+def test_int4_words_are_eight_codes_along_k_lowest_first():
+    codes = torch.arange(16, dtype=torch.uint8).repeat(2, 8)  # (2, 128)
+    words = base.pack_int4_int32(codes, 1)
+    s = torch.ones(2, 1, dtype=torch.bfloat16)
+    z = torch.zeros(2, 1, dtype=torch.bfloat16)
+    assert torch.equal(K.dequant_int4(words, s, z), codes.float())
+
+
+# ------------------------------------------------------------------------------------------- the whole model
+def _compare_with_hf(name, ops, steps=4, quant_name=None):
+    from transformers import DynamicCache
+
+    from floorline.runtimes.base import cache_kwarg
+
+    a = zoo.ZOO[name]
+    m = models.build_random(a, torch.device("cpu"), "fp32", seed=0)
+    if quant_name:
+        quant.convert(m, quant.get(quant_name), torch.float32)
+    prompt = torch.randint(0, a.vocab, (1, 40), generator=torch.Generator().manual_seed(1))
+    net = NativeModel(m, 64, ops=ops)
+    worst = 0.0
+    with torch.inference_mode():
+        lg = net.prefill(prompt, 16)
+        cache = DynamicCache(config=m.config)
+        kw = {cache_kwarg(m): cache}
+        want = m(input_ids=prompt, use_cache=True, **kw).logits[0, -1]
+        worst = max(worst, _rel(lg, want))
+        assert int(net.tok) == int(want.argmax())
+        for i in range(steps):
+            t = net.tok.clone()
+            net.step()
+            want = m(input_ids=t.view(1, 1), position_ids=torch.tensor([[40 + i]]), use_cache=True, **kw).logits[0, -1]
+            worst = max(worst, _rel(net.logits, want))
+            assert int(net.tok) == int(want.argmax()) and int(net.pos) == 41 + i
+    return worst
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+@pytest.mark.parametrize("ops", ["torch", "triton"])
+def test_native_matches_hf_in_fp32(name, ops):
+    """llama3 RoPE scaling (tiny-llama) and q/k/v biases with tied embeddings (tiny-qwen2), prefill and decode."""
+    if ops == "triton" and not K.INTERPRET:
+        pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1; on a GPU: test_gpu_native.py")
+    assert _compare_with_hf(name, ops) < 1e-5
+
+
+@pytest.mark.parametrize("ops", ["torch", "triton"])
+def test_native_int4_matches_hf_on_the_same_int4_weights(ops):
+    if ops == "triton" and not K.INTERPRET:
+        pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1; on a GPU: test_gpu_native.py")
+    assert _compare_with_hf("tiny-qwen2", ops, quant_name="int4") < 1e-4
+
+
+def test_native_needs_a_gpu_and_a_supported_quant():
+    rc, _, err = run_cli(["run", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--mode", "native"])
+    assert rc == 2 and "needs a CUDA GPU" in err and len(err.strip().splitlines()) == 1
+    from floorline import measure
+
+    with pytest.raises(measure.UserError, match="--quant int4 or none"):
+        measure.validate(measure.RunConfig("tiny-llama", [16], ["native"], quant="nf4"), zoo.ZOO["tiny-llama"])
+
+
+def test_int4_backend_on_the_cpu_bytes_and_check(cpu):
+    from floorline import floor
+
+    a = zoo.ZOO["tiny-llama"]
+    m = models.build_random(a, cpu, "bf16", seed=4)
+    b = quant.get("int4")
+    conv = quant.convert(m, b, torch.bfloat16)
+    assert conv.stored_bytes == a.layers * sum(b.format(2).matrix_bytes(o, i) for o, i in floor.decoder_matrix_shapes(a))
+    assert conv.max_check_error < b.check_tolerance
