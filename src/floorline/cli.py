@@ -346,29 +346,28 @@ def cmd_quant(args) -> int:
     from rich.table import Table
 
     from floorline import quantstudy
+    from floorline.measure import expand_modes, resolve_device
 
     if args.quant != "none":
         raise UserError("quant compares backends: give them with --backends, not --quant")
     base = _run_config(args, _names(args.mode))
     cfg = quantstudy.QuantConfig(base, _names(args.backends) if args.backends else [], args.output, args.kernels,
                                  args.timeout, args.rerun)
-    with err.status("floorline quant") as status:
-        recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
-    jobs = quantstudy.plan(cfg, [])
-    names = [j.backend for j in jobs]
     from floorline.sweep import device_kind
 
-    kind = device_kind(jobs[0].run.device)  # the output may hold other runs (sweep's, other attention or devices)
-    recs = [r for r in recs if (r.get("attn_implementation") or "sdpa") == base.attn
-            and device_kind(r.get("device")) == kind]
-    modes, model, ctx = jobs[0].run.modes, zoo_name(base.model), base.ctxs[0]
+    with err.status("floorline quant") as status:
+        jobs, recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
+    names = [j.backend for j in jobs]
+    kind = device_kind(jobs[0].run.device)  # the output may hold other machines' runs (it is shared with sweep)
+    recs = [r for r in recs if device_kind(r.get("device")) == kind]
+    modes, model, ctx = expand_modes(base.modes, resolve_device(base.device)), zoo_name(base.model), base.ctxs[0]
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
     t = Table(title=f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit width, "
                     f"measured copy bandwidth)")
     for h in ("backend", "mode", "dtype", "ms/step", "floor ms", "% of floor", "speed-up vs bf16", "ideal speed-up",
               "share of ideal saving", "status"):
         t.add_column(h, justify="left" if h in ("backend", "mode", "dtype", "status") else "right")
-    for r in quantstudy.rows(recs, model, ctx, modes, names):
+    for r in quantstudy.rows(recs, model, ctx, modes, names, base.attn):
         t.add_row(r["backend"], r["mode"], r["dtype"] or "-", _x(r["ms"], ".3f"), _x(r["floor_ms"], ".3f"),
                   _pct(r["fraction"], ".1f"), _x(r["speedup"], ".2f"), _x(r["ideal_speedup"], ".2f"),
                   _pct(r["share"], ".0f"), r["status"][:90])

@@ -242,7 +242,7 @@ def _quantise(ses: Session, backend: quant.Backend, log: Callable[[str], None]) 
     except Exception as e:  # the library itself failed (an import, a kernel build, a launch): not timed
         msg = (str(e).strip().splitlines() or [""])[0][:300]
         return f"quant {backend.name} failed: {type(e).__name__}: {msg}"
-    want = a.layers * sum(ses.fmt.matrix_bytes(o, i) for o, i in floor.decoder_matrix_shapes(a))
+    want = floor.components(a, 0, ses.fmt)["decoder_matrices"]
     base.update({"quant_convert_s": conv.seconds, "quant_matrices": conv.layers,
                  "quant_check_max_rel_error": conv.max_check_error, "quant_check_worst_layer": conv.worst_layer,
                  "quant_check_bound": backend.check_tolerance, "quant_weight_rel_error": conv.quant_error,

@@ -13,7 +13,6 @@ Share of the ideal saving realised, per mode, against the bf16 reference of the 
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -21,7 +20,7 @@ from floorline import floor, published, quant, records, zoo
 from floorline.errors import UserError
 from floorline.launcher import run_fresh
 from floorline.measure import RunConfig, expand_modes, resolve_device, validate, weight_format
-from floorline.sweep import cell_key, classify, device_kind
+from floorline.sweep import Cell, cell_key, classify, device_kind, failure_record
 
 DEFAULT_MODES = ["eager", "graph"]
 
@@ -29,8 +28,7 @@ DEFAULT_MODES = ["eager", "graph"]
 @dataclass
 class Job:
     backend: str  # the table's name: bf16 or a backend
-    run: RunConfig  # modes still to run; quant canonical; dtype the backend's
-    kernels: bool  # the kernel chain still to run
+    run: RunConfig  # modes (and run.kernels: the chain) still to run; quant canonical; dtype the backend's
     unavailable: str | None = None
 
 
@@ -87,42 +85,18 @@ def plan(cfg: QuantConfig, have: list[dict]) -> list[Job]:
                "attn_implementation": run.attn, "device": run.device}
         todo = [m for m in modes if cell_key({**key, "mode": m}) not in cells]
         chain = cfg.kernels and _kernel_key(key) not in chains
-        jobs.append(Job(n, replace(run, modes=todo, kernels=chain), chain, f"unavailable: {why}" if why else None))
+        jobs.append(Job(n, replace(run, modes=todo, kernels=chain), f"unavailable: {why}" if why else None))
     return jobs
 
 
-def _device_name(device: str) -> str:
-    """Without opening a CUDA context in this (parent) process: NVML's name of the GPU, or the CPU's."""
-    from floorline import system
-    from floorline.sweep import nvml_gpu_names
-
-    if device_kind(device) == "cuda":
-        names = nvml_gpu_names()
-        idx = int(device.split(":")[1]) if ":" in device else 0
-        return names[idx] if idx < len(names) else device
-    return system.cpu_name()
+def unavailable_records(job: Job, arch: zoo.Arch, modes: list[str], reason: str) -> list[dict]:
+    """Invalid records (the sweep's failure records) that keep a backend that did not run in every table."""
+    return [failure_record(Cell(arch, job.run.model, job.run.ctxs[0], m, replace(job.run, modes=[m])), reason)
+            for m in modes]
 
 
-def unavailable_records(job: Job, arch: zoo.Arch, modes: list[str]) -> list[dict]:
-    """Invalid records that keep an unavailable backend in every table and report, with the reason."""
-    import socket
-
-    f = floor.floor(arch, job.run.ctxs[0], weight_format(job.run), "strict")
-    name = _device_name(job.run.device)
-    out = []
-    for m in modes:
-        rec = {k: None for k in records.REQUIRED_KEYS}
-        rec.update({"schema_version": records.SCHEMA_VERSION, "kind": "cell", "run_id": uuid.uuid4().hex,
-                    "model": arch.name, "ctx": job.run.ctxs[0], "mode": m, "quant": job.run.quant,
-                    "dtype": job.run.dtype, "attn_implementation": job.run.attn, "device": job.run.device,
-                    "device_name": name, "host": socket.gethostname(), "floor_bytes": f.bytes, "valid": False,
-                    "reason": job.unavailable})
-        out.append(rec)
-    return out
-
-
-def run(cfg: QuantConfig, log: Callable[[str], None] = lambda s: None) -> list[dict]:
-    """Run what is not yet in the output; returns every record of the output afterwards."""
+def run(cfg: QuantConfig, log: Callable[[str], None] = lambda s: None) -> tuple[list[Job], list[dict]]:
+    """Run what is not yet in the output; returns the plan and every record of the output afterwards."""
     from pathlib import Path
 
     have = records.read(cfg.output) if Path(cfg.output).exists() else []
@@ -132,28 +106,28 @@ def run(cfg: QuantConfig, log: Callable[[str], None] = lambda s: None) -> list[d
     for job in jobs:
         if job.unavailable:
             log(f"{job.backend}: {job.unavailable}")
-            new = [r for r in unavailable_records(job, a, job.run.modes) if (cell_key(r), r["reason"]) not in said]
+            new = [r for r in unavailable_records(job, a, job.run.modes, job.unavailable)
+                   if (cell_key(r), r["reason"]) not in said]
             records.append(cfg.output, new)  # once per reason, not once per run
             continue
-        if not job.run.modes and not job.kernels:
+        if not job.run.modes and not job.run.kernels:
             continue
         log(f"{job.backend}: fresh process, modes {','.join(job.run.modes) or '-'}"
-            + (" + kernel chain" if job.kernels else ""))
+            + (" + kernel chain" if job.run.kernels else ""))
         recs, why = run_fresh([job.run], timeout_s=cfg.timeout_s)
         got = {r.get("mode") for r in recs}
-        for m in job.run.modes:
-            if m not in got:  # the process died before this mode: say why, so the table does not go blank
-                rec = unavailable_records(replace(job, unavailable=classify(why or "no record")), a, [m])[0]
-                recs.append(rec)
+        lost = [m for m in job.run.modes if m not in got]  # the process died first: say why, not a blank row
+        recs += unavailable_records(job, a, lost, classify(why or "the child exited without a record"))
         records.append(cfg.output, recs)
-    return records.read(cfg.output) if Path(cfg.output).exists() else []
+    return jobs, (records.read(cfg.output) if Path(cfg.output).exists() else [])
 
 
 # ------------------------------------------------------------------------------------------------------------ rows
-def _latest(recs: list[dict], kind: str) -> dict:
+def _latest(recs: list[dict], kind: str, attn: str) -> dict:
     out = {}
     for r in recs:  # later records win (a rerun, or a library installed since); A/B sessions are not rows
-        if (r.get("kind") or "cell") == kind and not r.get("ab_key"):
+        if ((r.get("kind") or "cell") == kind and not r.get("ab_key")
+                and (r.get("attn_implementation") or "sdpa") == attn):
             out[(r.get("model"), r.get("ctx"), r.get("mode"), quant.label(r.get("quant")))] = r
     return out
 
@@ -164,9 +138,10 @@ def share_realised(t_ref: float, t_q: float, bytes_ref: int, bytes_q: int) -> fl
     return (t_ref - t_q) / ideal_saving if ideal_saving > 0 else None
 
 
-def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: list[str]) -> list[dict]:
+def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: list[str],
+         attn: str = "sdpa") -> list[dict]:
     """One row per backend x mode: its time, its floor, speed-up over bf16, ideal speed-up, share realised."""
-    cells = _latest(recs, "cell")
+    cells = _latest(recs, "cell", attn)
     out = []
     for mode in modes:
         ref = cells.get((model, ctx, mode, "bf16"))
@@ -197,7 +172,7 @@ def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: lis
 
 def kernel_rows(recs: list[dict], model: str, backends: list[str]) -> list[dict]:
     """One row per backend: the decoder-matrix chain's time against its bytes, and against the bf16 chain."""
-    chains = _latest(recs, "kernels")
+    chains = _latest(recs, "kernels", "sdpa")  # the chain has no attention
     ref = chains.get((model, None, "kernels", "bf16"))
     out = []
     for b in backends:
@@ -220,9 +195,6 @@ def kernel_rows(recs: list[dict], model: str, backends: list[str]) -> list[dict]
     return out
 
 
-PUBLISHED_FORMAT = {"bf16": "none", "nf4": "nf4", "gptq-exllamav2": "gptq-exllamav2", "awq-marlin": "awq-marlin"}
-
-
 def published_rows() -> list[dict]:
     """The study's L4 rows as published, with speed-ups over its bf16 row; the ideal speed-up uses floorline's
     byte accounting of each format for qwen2.5-7b at ctx 2048 (derived, not published)."""
@@ -238,7 +210,7 @@ def published_rows() -> list[dict]:
 
     out = []
     for p in pts:
-        q = quant.canonical(PUBLISHED_FORMAT.get(p["quant"], p["quant"]))
+        q = quant.canonical(p["quant"])  # the study's names are floorline's (bf16 -> none)
         ideal = fbytes("none") / fbytes(q)
         t_ref, t = ref["step_ms_median"], p["step_ms_median"]
         out.append({"backend": p["quant"], "library": p.get("library", "PyTorch"), "gpu": p["gpu_key"],

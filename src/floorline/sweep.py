@@ -140,13 +140,22 @@ def load_done(path: str | os.PathLike, warn: Callable[[str], None], repair: bool
     return records.read(p)
 
 
+def device_name(device: str) -> str:
+    """Without opening a CUDA context in this (parent) process: NVML's name of the GPU, or the CPU's."""
+    if device_kind(device) == "cuda":
+        names = nvml_gpu_names()
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        return names[idx] if idx < len(names) else device
+    return system.cpu_name()
+
+
 def failure_record(cell: Cell, reason: str) -> dict:
     """An invalid record for a cell that produced none (timeout, crash, out of memory, bad input)."""
     f = floor.floor(cell.arch, cell.ctx, weight_format(cell.run), "strict")
     rec = {"schema_version": records.SCHEMA_VERSION, "kind": "cell", "run_id": uuid.uuid4().hex,
            "model": cell.arch.name, "model_path": cell.arch.path, "ctx": cell.ctx, "mode": cell.mode,
            "quant": cell.run.quant, "dtype": cell.run.dtype, "attn_implementation": cell.run.attn,
-           "device": cell.run.device, "device_name": None,
+           "device": cell.run.device, "device_name": device_name(cell.run.device),
            "floor_bytes": f.bytes, "valid": False, "reason": reason}
     for k in records.REQUIRED_KEYS:
         rec.setdefault(k, None)

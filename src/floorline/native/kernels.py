@@ -32,11 +32,17 @@ ATTN_BL = 32  # positions per inner tile
 
 
 # ------------------------------------------------------------------------------------------- torch references
+def rmsnorm(x, w, eps):
+    """x / sqrt(mean(x^2) + eps) * w over the last dimension, in fp32."""
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+
+
 def ref_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None):
     """y = W @ p(x) (+ bias) (+ residual) in fp32; W bf16 (N, K), or int4 words (N, K/8) with scales and zeros."""
     x = x.float()
     if pro == PRO_RMSNORM:
-        x = x * torch.rsqrt(x.pow(2).mean() + eps) * norm_w.float()
+        x = rmsnorm(x, norm_w, eps)
     elif pro == PRO_SILU_MUL:
         k = x.numel() // 2
         x = torch.nn.functional.silu(x[:k]) * x[k:]

@@ -30,7 +30,6 @@ class NativeModel:
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.max_len = max_len
         dev = next(hf.parameters()).device
-        self.device = dev
         self.embed = hf.model.embed_tokens.weight
         self.final_norm = hf.model.norm.weight
         self.lm_head = hf.lm_head.weight
@@ -131,7 +130,7 @@ class NativeModel:
         cos, sin = self.cos[start:end], self.sin[start:end]
         mask = torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)  # row i sees 0..start+i
         for i, lay in enumerate(self.layers):
-            hn = _rmsnorm(x, lay["attn_norm"], self.eps)
+            hn = K.rmsnorm(x, lay["attn_norm"], self.eps)
             qkv = _mm(hn, lay["qkv"])
             if lay["qkv_bias"] is not None:
                 qkv = qkv + lay["qkv_bias"]
@@ -144,14 +143,10 @@ class NativeModel:
             vv = self.v_cache[i, :, :end].float().repeat_interleave(h // kv, 0)
             o = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1), kk, vv, attn_mask=mask)
             x = x + _mm(o.transpose(0, 1).reshape(n, h * d), lay["o"])
-            gate, up = _mm(_rmsnorm(x, lay["ffn_norm"], self.eps), lay["gate_up"]).chunk(2, -1)
+            gate, up = _mm(K.rmsnorm(x, lay["ffn_norm"], self.eps), lay["gate_up"]).chunk(2, -1)
             x = x + _mm(torch.nn.functional.silu(gate) * up, lay["down"])
-        last = _rmsnorm(x[-1:], self.final_norm, self.eps)
+        last = K.rmsnorm(x[-1:], self.final_norm, self.eps)
         return _mm(last, {"w": self.lm_head}).reshape(-1)
-
-
-def _rmsnorm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.float()
 
 
 def _fuse(mods: list, bias_ok: bool = False) -> dict:

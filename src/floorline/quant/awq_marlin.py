@@ -17,7 +17,7 @@ import importlib.util
 import torch
 
 from floorline import floor
-from floorline.quant.base import Backend, Packed, dequant, rtn
+from floorline.quant.base import Backend, Packed, dequant, pack_int4_int32, rtn
 
 GROUP = 128
 TILE = 16
@@ -87,10 +87,7 @@ class AwqMarlin(Backend):
         t = codes.t().to(torch.int64).reshape(k // TILE, TILE, n // TILE, TILE).permute(0, 2, 1, 3)
         t = t.reshape(k // TILE, n * TILE)
         t = t.reshape(-1, perm.numel())[:, perm].reshape(t.shape)
-        words = torch.zeros(t.shape[0], t.shape[1] // 8, dtype=torch.int64, device=w.device)
-        for i in range(8):
-            words |= t[:, i::8] << (4 * i)
-        B = torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32).contiguous()
+        B = pack_int4_int32(t, 1)  # Layer.pack's `q |= res[:, i::8] << 4 * i`: code 8j + i in nibble i of word j
         sp = torch.tensor(marlin._scale_perm, device=w.device)
         s = s16.t().contiguous().reshape(-1, sp.numel())[:, sp].reshape(-1, n).contiguous()
         bias = None if linear.bias is None else linear.bias.data.half()

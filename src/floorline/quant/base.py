@@ -14,7 +14,7 @@ import importlib.metadata
 import importlib.util
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
@@ -168,7 +168,6 @@ class Conversion:
     max_check_error: float = 0.0
     worst_layer: str = ""
     quant_error: float = 0.0  # ||W_ref - W|| / ||W|| over all matrices: what the format loses, not a bug
-    shapes: list[tuple[int, int]] = field(default_factory=list)
 
 
 def convert(model: torch.nn.Module, backend: Backend, dtype: torch.dtype, check: bool = True,
@@ -182,7 +181,7 @@ def convert(model: torch.nn.Module, backend: Backend, dtype: torch.dtype, check:
         if why:
             raise UserError(f"{backend.name} cannot store {name} ({o} x {i}): {why}")
     backend.begin(shapes, next(model.parameters()).device)
-    res = Conversion(backend.name, shapes=shapes)
+    res = Conversion(backend.name)
     t0 = time.perf_counter()
     err_num = err_den = 0.0
     for idx, (name, parent, attr, lin) in enumerate(items):

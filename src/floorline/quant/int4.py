@@ -25,10 +25,12 @@ class Int4Linear(torch.nn.Module):
         super().__init__()
         self.words, self.scales, self.zeros, self.bias = words, scales, zeros, bias
         self.in_features, self.out_features = in_features, out_features
+        from floorline.native import kernels  # here, not at import: it loads Triton
+
+        self.kernels = kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from floorline.native import kernels as K
-
+        K = self.kernels
         x2 = x.reshape(-1, self.in_features)
         kw = dict(scales=self.scales, zeros=self.zeros, bias=self.bias)
         if x2.shape[0] == 1:

@@ -25,8 +25,8 @@ SAMPLES = 30
 def chain_record(ses, failed: str | None = None) -> dict:
     """One record of kind "kernels" for the session's (converted) model."""
     a, cfg = ses.arch, ses.cfg
-    matrix_bytes = a.layers * sum(ses.fmt.matrix_bytes(o, i) for o, i in floor.decoder_matrix_shapes(a))
-    bias_bytes = floor.components(a, 0, ses.fmt)["decoder_biases"]
+    c = floor.components(a, 0, ses.fmt)
+    matrix_bytes, bias_bytes = c["decoder_matrices"], c["decoder_biases"]
     rec = {k: ses.base.get(k) for k in ("schema_version", "model", "model_path", "quant", "dtype", "device",
                                         "device_name", "gpu_key", "peak_gbps", "measured_gbps", "quant_format",
                                         "quant_library", "quant_version", "quant_kernel", "torch_version")}
