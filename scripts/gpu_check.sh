@@ -11,8 +11,12 @@
 #     quick   one run cell (qwen2.5-7b, ctx 2048, all modes): a smoke test
 #     quant   floorline quant qwen2.5-7b ctx 2048, every backend here, eager + graph, with the kernel chain
 #             (issue: quantised decode); the quant libraries come from .site/ or .whl/ (see below)
-#     native  mode native: agreement with HF (qwen2.5-7b, llama-3.1-8b), the per-kernel GB/s table, and
-#             floorline run --mode graph,compile,native at ctx 2048 and 16384, bf16 and --quant int4 (issue: native)
+#     native  mode native: native-check then native-run (issue: native); on the device tool, whose calls stop at
+#             600 s, run them as separate calls:
+#       native-check  agreement with HF (qwen2.5-7b, llama-3.1-8b), the per-kernel GB/s table, explain (qwen2.5-7b
+#                     ctx 2048, graph vs native, bf16 and int4)
+#       native-run    floorline run --mode graph,compile,native at ctx 2048 and 16384 (bf16) and --mode graph,native
+#                     --quant int4, for each of $NATIVE_MODELS (default: qwen2.5-7b llama-3.1-8b)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -62,15 +66,21 @@ for stage in "${stages[@]}"; do
     quant)
       fl quant --model qwen2.5-7b --ctx 2048 --mode eager,graph --kernels --timeout 900 \
         --output "$OUT/quant.jsonl" 2>&1 | tee "$OUT/quant.log" ;;
-    native)
+    native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"
-      for m in qwen2.5-7b llama-3.1-8b; do
+      fl explain --model qwen2.5-7b --ctx 2048 --mode graph,native --out "$OUT/explain_native" 2>&1 \
+        | tee "$OUT/explain_native.log" | tail -3
+      fl explain --model qwen2.5-7b --ctx 2048 --mode native --quant int4 --out "$OUT/explain_native_int4" 2>&1 \
+        | tee "$OUT/explain_native_int4.log" | tail -3 ;;&
+    native-run|native)
+      for m in ${NATIVE_MODELS:-qwen2.5-7b llama-3.1-8b}; do
         fl run --model "$m" --ctx 2048,16384 --mode graph,compile,native --output "$OUT/native.jsonl" --format md \
           2>&1 | tee -a "$OUT/native.log"
         fl run --model "$m" --ctx 2048,16384 --quant int4 --mode graph,native --output "$OUT/native.jsonl" \
           --format md 2>&1 | tee -a "$OUT/native.log"
       done ;;
+    native-check) ;;
     summary) ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
@@ -122,8 +132,8 @@ if os.path.exists(p):
         print(f"| {r['backend']} | {f(r['ms'], '.3f')} | {f(r['bytes'] and r['bytes'] / 1e9, '.3f')} | "
               f"{f(r['gbps'], '.0f')} | {f(r['fraction'], '.1%')} | {f(r['speedup'], '.2f')} | "
               f"{f(r['ideal_speedup'], '.2f')} | {f(r['share'], '.0%')} | {r['status'][:60]} |")
-p = os.path.join(out, "explain.jsonl")
-if os.path.exists(p):
+for p in [os.path.join(out, d, "explain.jsonl") for d in ("", "explain_native", "explain_native_int4")]:
+  if os.path.exists(p):
     print("| mode | wall ms | busy ms | floor ms | kernel excess ms | idle gaps ms | kernels/step | host ms | attn ms | attn GB/s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in records.read(p):

@@ -76,5 +76,6 @@ def test_native_runtime_replays_real_tokens():
             toks.append(int(rt.tok.item()))
             want.append(int(ref.tok.item()))
     assert int(rt.pos.item()) == 100 + rt.prepare_tokens + 10 == int(ref.pos.item())
+    assert rt.describe()["native_pdl"] in ("off", "early", "late") and rt.describe()["native_attn_chunk"] >= 64
     assert toks == want
     rt.close()

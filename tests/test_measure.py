@@ -53,7 +53,9 @@ def test_expand_modes():
     cpu = torch.device("cpu")
     assert measure.expand_modes(["all"], cpu) == ["eager", "static"]
     assert measure.expand_modes(["static", "eager", "static"], cpu) == ["static", "eager"]
-    assert measure.expand_modes(["all"], torch.device("cuda")) == ["eager", "static", "graph", "compile"]
+    assert measure.expand_modes(["all"], torch.device("cuda")) == ["eager", "static", "graph", "compile", "native"]
+    assert measure.expand_modes(["all"], torch.device("cuda"), "int4") == measure.expand_modes(["all"], torch.device("cuda"))
+    assert "native" not in measure.expand_modes(["all"], torch.device("cuda"), "nf4")  # native runs dense or int4
     with pytest.raises(UserError):
         measure.expand_modes(["eager", "graph"], cpu)
     with pytest.raises(UserError):

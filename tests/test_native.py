@@ -31,9 +31,9 @@ def _rel(a, b):
 # ---------------------------------------------------------------------------------------------------- kernels
 @interpreted
 @pytest.mark.parametrize("pro", [K.PRO_NONE, K.PRO_RMSNORM, K.PRO_SILU_MUL])
-@pytest.mark.parametrize("bias, res", [(False, False), (True, True)])
-def test_gemv_bf16_matches_its_reference(pro, bias, res):
-    n, k = 40, 256
+@pytest.mark.parametrize("bias, res, k", [(False, False, 256), (True, True, 768)])
+def test_gemv_bf16_matches_its_reference(pro, bias, res, k):
+    n = 40  # k = 768: three tiles along K (the double-buffered loads), not a multiple of 16 rows
     w = _rand(n, k, dtype=torch.bfloat16, scale=0.05)
     x = _rand(2 * k if pro == K.PRO_SILU_MUL else k)
     kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None,
@@ -53,9 +53,10 @@ def test_gemv_reference_is_the_plain_product():
 
 
 @interpreted
-@pytest.mark.parametrize("pro", [K.PRO_NONE, K.PRO_RMSNORM, K.PRO_SILU_MUL])
-def test_gemv_int4_matches_its_reference(pro):
-    n, k = 24, 384
+@pytest.mark.parametrize("pro, k", [(K.PRO_NONE, 384), (K.PRO_RMSNORM, 1024), (K.PRO_SILU_MUL, 384)])
+@pytest.mark.parametrize("variant", [0, 1])
+def test_gemv_int4_matches_its_reference(pro, k, variant):
+    n = 24  # k = 384: three one-group tiles; 1024: four two-group tiles; variants: per-group or per-word sums
     lin = torch.nn.Linear(k, n, bias=True)
     torch.nn.init.normal_(lin.weight, 0, 0.02)
     p = quant.get("int4").pack(lin)
@@ -64,42 +65,43 @@ def test_gemv_int4_matches_its_reference(pro):
     kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None, bias=m.bias, scales=m.scales,
               zeros=m.zeros, residual=_rand(n))
     want = K.ref_gemv(m.words, x, **kw)
-    assert _rel(K.tri_gemv(m.words, x, **kw), want) < 1e-5
+    assert _rel(K.tri_gemv(m.words, x, **kw, variant=variant), want) < 1e-5
     # and the reference applies exactly the dequantised weights the check uses
     assert torch.equal(K.dequant_int4(m.words, m.scales, m.zeros), p.reference)
 
 
 @interpreted
-@pytest.mark.parametrize("pos", [0, 5, 63, 64, 100])
-def test_rope_kv_write_matches_its_reference(pos):
-    h, kv, d, length = 4, 2, 32, 128
-    qkv = _rand((h + 2 * kv) * d)
+@pytest.mark.parametrize("heads, kv", [(4, 2), (4, 4), (7, 1)])
+@pytest.mark.parametrize("pos", [0, 31, 63, 64, 150])
+def test_rope_kv_write_and_flash_decoding_match_their_references(heads, kv, pos):
+    """One launch rotates q and k at pos, writes k and v into the caches there and attends over 0..pos (in 64-position
+    chunks, then a merge): against ref_rope_kv then ref_attention on copies of the same caches."""
+    d, length = 32, 160
+    qkv = _rand((heads + 2 * kv) * d)
     inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
     cos, sin = K.rope_tables(inv, length, 1.0, "cpu")
-    caches = [torch.zeros(kv, length, d, dtype=torch.bfloat16) for _ in range(4)]
-    p = torch.tensor([pos], dtype=torch.int32)
-    q_ref = K.ref_rope_kv(qkv, cos, sin, p, caches[0], caches[1], h, kv, d)
-    q = K.tri_rope_kv(qkv, cos, sin, p, caches[2], caches[3], h, kv, d)
-    assert torch.allclose(q, q_ref, atol=1e-6)
-    for got, want in ((caches[2], caches[0]), (caches[3], caches[1])):  # within one bf16 step (the interpreter
-        assert torch.allclose(got.float(), want.float(), rtol=2 ** -7, atol=0)  # may round differently)
-    assert caches[2][:, pos].abs().sum() > 0 and caches[2][:, pos + 1:].abs().sum() == 0
-
-
-@interpreted
-@pytest.mark.parametrize("heads, kv", [(4, 2), (4, 4), (7, 1)])
-@pytest.mark.parametrize("pos", [0, 31, 64, 150])
-def test_flash_decoding_matches_softmax_attention(heads, kv, pos):
-    d, length = 32, 160
-    q = _rand(heads, d)
     kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
+    kc[:, pos:], vc[:, pos:] = 0, 0  # the cache holds positions 0..pos-1
+    kr, vr = kc.clone(), vc.clone()
     p = torch.tensor([pos], dtype=torch.int32)
-    want = K.ref_attention(q, kc, vc, p, d ** -0.5)
+    want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
     scratch = K.AttnScratch(heads, kv, d, length, "cpu")
-    got = K.tri_attention(q, kc, vc, p, d ** -0.5, scratch)
+    got = K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
     assert _rel(got, want) < 2e-2  # on a GPU q and the probabilities go through bf16 tensor-core products
-    kc[:, pos + 1:] = 1e3  # positions after pos are never read
-    assert torch.equal(K.tri_attention(q, kc, vc, p, d ** -0.5, scratch), got)
+    for mine, ref in ((kc, kr), (vc, vr)):  # the written row within one bf16 step (rounding may differ), the rest
+        assert torch.allclose(mine[:, pos].float(), ref[:, pos].float(), rtol=2 ** -7, atol=0)  # untouched
+        assert mine[:, pos].abs().sum() > 0 and torch.equal(mine[:, :pos], ref[:, :pos])
+        assert mine[:, pos + 1:].abs().sum() == 0
+    kc[:, pos + 1:], vc[:, pos + 1:] = 1e3, 1e3  # positions after pos are never read
+    assert torch.equal(K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch), got)
+
+
+def test_attention_chunks_grow_with_the_context_to_fill_the_gpu():
+    assert K.attn_chunk_len(2048, 4, 132) == 64  # 4 kv heads x 32 chunks: about one program per SM
+    assert K.attn_chunk_len(16384, 4, 132) == 128  # 512 programs
+    assert K.attn_chunk_len(10 ** 6, 8, 132) == 512  # the most
+    c = K.attn_chunk_len(16384, 8, 132)
+    assert 16384 // c * 8 >= 2 * 132 and 16384 // (2 * c) * 8 < 2 * 132
 
 
 def test_int4_words_are_eight_codes_along_k_lowest_first():

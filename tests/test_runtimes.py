@@ -111,7 +111,8 @@ def test_unknown_mode():
 def test_modes_per_device():
     assert runtimes.MODES == ("eager", "static", "graph", "compile", "native")
     assert runtimes.modes_for("cpu") == runtimes.CPU_MODES == ("eager", "static")
-    assert runtimes.modes_for("cuda") == ("eager", "static", "graph", "compile")  # native: by name, for now
+    assert runtimes.modes_for("cuda") == ("eager", "static", "graph", "compile", "native")  # (Triton is here)
+    assert runtimes.modes_for("cuda", native=False) == ("eager", "static", "graph", "compile")
     for name, r in runtimes.RUNTIMES.items():
         assert r.name == name
     assert runtimes.RUNTIMES["graph"].prepare_tokens == 2 and runtimes.RUNTIMES["compile"].prepare_tokens == 3

@@ -360,7 +360,8 @@ def cmd_quant(args) -> int:
     names = [j.backend for j in jobs]
     kind = device_kind(jobs[0].run.device)  # the output may hold other machines' runs (it is shared with sweep)
     recs = [r for r in recs if device_kind(r.get("device")) == kind]
-    modes, model, ctx = expand_modes(base.modes, resolve_device(base.device)), zoo_name(base.model), base.ctxs[0]
+    modes, model, ctx = (expand_modes(base.modes, resolve_device(base.device), native=False), zoo_name(base.model),
+                        base.ctxs[0])
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
     t = Table(title=f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit width, "
                     f"measured copy bandwidth)")
@@ -446,7 +447,8 @@ def build_parser() -> Parser:
     f.set_defaults(fn=cmd_floor)
 
     r = sub.add_parser("run", parents=[common, cell], help="measure batch-1 decode against its floor")
-    r.add_argument("--mode", default="all", help="eager, static, graph, compile, comma-separated, or all (default)")
+    r.add_argument("--mode", default="all", help="eager, static, graph, compile, native, comma-separated, or all "
+                                                      "(default)")
     r.add_argument("--output", help="append the records to this JSON-lines file")
     r.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
     r.set_defaults(fn=cmd_run)

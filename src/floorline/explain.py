@@ -23,7 +23,7 @@ from floorline.errors import UserError
 from floorline.measure import RunConfig, cache_len, open_session, start_runtime
 from floorline.timing import time_steps
 
-ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|sdpa|softmax", re.I)
+ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|attn|sdpa|softmax", re.I)
 TOP_KERNELS = 8
 
 

@@ -14,7 +14,7 @@ import math
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -68,10 +68,13 @@ def resolve_device(spec: str) -> torch.device:
     return d
 
 
-def expand_modes(modes: list[str], device: torch.device) -> list[str]:
+def expand_modes(modes: list[str], device: torch.device, quant_name: str | None = None,
+                 native: bool | None = None) -> list[str]:
+    """`all` -> this device's modes: native with Triton, for dense weights or floorline's int4 (unless `native`)."""
+    native = quant.canonical(quant_name) in ("none", "int4") if native is None else native
     out: list[str] = []
     for m in modes:
-        for name in runtimes.modes_for(device.type) if m == "all" else [m]:
+        for name in runtimes.modes_for(device.type, native) if m == "all" else [m]:
             runtimes.get(name, device.type)  # unknown mode, or graph/compile on the CPU: a UserError
             if name not in out:
                 out.append(name)
@@ -185,8 +188,8 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     """Validate, check memory, measure the copy bandwidth, build the model and the prompt."""
     a = zoo.resolve(cfg.model)
     device = resolve_device(cfg.device)
-    modes = expand_modes(cfg.modes, device)
-    validate(cfg, a, device.type)
+    modes = expand_modes(cfg.modes, device, cfg.quant)
+    validate(replace(cfg, modes=modes), a, device.type)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     nvml = system.Nvml(device) if device.type == "cuda" else None
@@ -331,7 +334,7 @@ def _measure_mode(ses: Session, mode: str, ctx: int, max_len: int, log) -> dict:
     try:
         with torch.inference_mode():
             rt, out["prefill_s"] = start_runtime(ses, mode, ctx, max_len, log)
-            out.update({"prepare_s": rt.prepare_s, "prepare_tokens": rt.prepare_tokens})
+            out.update({"prepare_s": rt.prepare_s, "prepare_tokens": rt.prepare_tokens, **rt.describe()})
             log(f"{mode}: {ses.cfg.steps} timed steps")
             before = nvml.snapshot() if nvml else {}
             samples = time_steps(rt.step, ses.cfg.steps, ses.device)  # the timed region

@@ -71,7 +71,7 @@ def plan(cfg: QuantConfig, have: list[dict]) -> list[Job]:
         names.insert(0, "bf16")  # every speed-up is against it
     a = zoo.resolve(cfg.base.model)
     device = resolve_device(cfg.base.device)
-    modes = expand_modes(cfg.base.modes or DEFAULT_MODES, device)
+    modes = expand_modes(cfg.base.modes or DEFAULT_MODES, device, native=False)  # `all`: every backend's
     base = replace(cfg.base, device=str(device) if cfg.base.device == "auto" else cfg.base.device, modes=modes)
     cells, chains = _done([] if cfg.rerun else have)
     jobs = []

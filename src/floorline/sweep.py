@@ -65,7 +65,7 @@ def plan(models_: list[str], ctxs: list[int], modes: list[str], base: RunConfig)
     archs = {m: zoo.resolve(m) for m in models_}
     device = resolve_device(base.device) if base.device != "auto" else None
     kind = device.type if device else ("cuda" if _cuda_visible() else "cpu")
-    modes = expand_modes(modes, torch.device(kind))  # a device name only: no CUDA context in the parent
+    modes = expand_modes(modes, torch.device(kind), base.quant)  # a device name only: no CUDA context here
     base = replace(base, device=base.device if base.device != "auto" else kind, quant=quant.canonical(base.quant))
     if min(ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")

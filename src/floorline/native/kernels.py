@@ -3,13 +3,17 @@
 One GEMV kernel with compile-time prologues and epilogues, so each fused matrix is one launch:
   y = W @ p(x) (+ bias) (+ residual)       p: identity | RMSNorm(x) * g | silu(x[:K]) * x[K:]
 W is bf16 (N, K) row-major, or floorline's W4A16 (int4.py): int32 (N, K/8) codes, bf16 scales and zeros (N, K/128).
-Each program owns BN output rows and streams them along K in BK-wide tiles; activations are fp32 vectors (KB).
-RoPE + KV write: one launch per layer rotates q and k at the current position (read from the device: graph-safe) and
-writes k and v into the cache. Attention is flash-decoding: the cache length is split into fixed chunks, one program
-per (kv head, chunk) scores all query heads of its group with tensor cores, a second kernel merges the chunks.
+Each program owns BN output rows and streams them along K in BK-wide tiles, the next tile loaded before the current
+one is used; activations are fp32 vectors (KB). int4 codes become floats 1 + c/16 by bit moves (no conversions) and
+the group's scale and zero are applied once per sum (two autotuned variants: per group across threads, per word in
+its thread).
+Attention is flash-decoding, RoPE and the KV write folded in: one program per (kv head, chunk of the cache) rotates
+q and k at the current position (read from the device: graph-safe), the chunk holding the position writes k and v
+into the cache, and every program scores all query heads of its group with tensor cores; a second kernel merges the
+chunks. On Hopper every kernel is launched with programmatic dependent launch (see _pdl_default).
 
 Under TRITON_INTERPRET=1 the same kernels run on the CPU (small shapes, in the tests), with fixed launch parameters;
-on a GPU the GEMV autotunes its tile per (N, K) once, before the CUDA graph is captured.
+on a GPU the GEMV autotunes its tile per (N, K, prologue) once, before the CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ except ImportError:  # floorline runs without Triton; only mode native and its k
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 PRO_NONE, PRO_RMSNORM, PRO_SILU_MUL = 0, 1, 2
 GROUP = 128  # the int4 format's group size along K
-ATTN_CHUNK = 64  # cache positions per attention program
-ATTN_BL = 32  # positions per inner tile
+ATTN_CHUNK = 64  # cache positions per attention program (the least; more at long contexts)
+ATTN_BL = 64  # positions per inner tile
 
 
 # ------------------------------------------------------------------------------------------- torch references
@@ -101,15 +105,92 @@ def ref_attention(q, k_cache, v_cache, pos, scale):
 
 
 # ------------------------------------------------------------------------------------------------------ Triton
+PDL_MODES = {"off": 0, "early": 1, "late": 2}
+
+
+def _pdl_default() -> int:
+    """Programmatic dependent launch (Hopper and newer): a kernel's programs may start, and load their constant
+    weights, while the previous kernel finishes; they wait (griddepcontrol.wait) before touching its outputs.
+    FLOORLINE_PDL picks when a kernel lets the next one launch: `late` (after its main loop, the default), `early`
+    (at its start) or `off` (plain stream order)."""
+    if INTERPRET or triton is None or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return 0
+    mode = os.environ.get("FLOORLINE_PDL", "late")
+    if mode not in PDL_MODES:
+        from floorline.errors import UserError
+
+        raise UserError(f"FLOORLINE_PDL={mode!r}: use one of {', '.join(PDL_MODES)}")
+    return PDL_MODES[mode]
+
+
+def pdl_name() -> str:
+    """The programmatic-dependent-launch mode in force here (`off` without Hopper or under the interpreter)."""
+    return {v: k for k, v in PDL_MODES.items()}[_pdl_default()]
+
+
 if triton is not None:
+
+    @triton.jit
+    def _x_tile(X, NW, rk, K, rstd, PRO: tl.constexpr):
+        """The GEMV input at columns rk, prologue applied: x | RMSNorm(x) * g | silu(x[:K]) * x[K:]."""
+        if PRO == 2:
+            g = tl.load(X + rk).to(tl.float32)
+            u = tl.load(X + K + rk).to(tl.float32)
+            xv = g / (1.0 + tl.exp(-g)) * u
+        else:
+            xv = tl.load(X + rk).to(tl.float32)
+            if PRO == 1:
+                xv = xv * rstd * tl.load(NW + rk).to(tl.float32)
+        return xv
+
+    @triton.jit
+    def _nibble(w, j: tl.constexpr):
+        """Code j (bits 4j..4j+3) of each word as the float 1 + c/16: the code moved into the top four mantissa
+        bits of 1.0 (one shift, one and-or; a cast would be a slow conversion). Exact."""
+        if j <= 4:
+            b = w << (19 - 4 * j)
+        else:
+            b = w >> (4 * j - 19)
+        return ((b & 0x780000) | 0x3F800000).to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _unpack_int4(w):
+        """int32 words (BN, BK/8) -> 1 + code/16 as fp32 (BN, BK/8, 2, 2, 2): element [n, c, a, b, e] is code
+        4a + 2b + e of word c (column 8c + 4a + 2b + e). tl.join stacks the nibbles in each thread's registers."""
+        b0 = tl.join(tl.join(_nibble(w, 0), _nibble(w, 4)), tl.join(_nibble(w, 2), _nibble(w, 6)))
+        b1 = tl.join(tl.join(_nibble(w, 1), _nibble(w, 5)), tl.join(_nibble(w, 3), _nibble(w, 7)))
+        return tl.join(b0, b1)
+
+    @triton.jit
+    def _sum3(x):
+        return tl.sum(tl.sum(tl.sum(x, -1), -1), -1)  # the last three (in-thread) axes
 
     @triton.jit
     def _gemv(W, S, Z, X, NW, B, R, Y, N, K, eps,
               PRO: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, INT4: tl.constexpr,
-              GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+              GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr, V: tl.constexpr = 0):
+        if PDL == 1:  # let the next kernel's programs launch as soon as all of ours have
+            tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
         rn = pid * BN + tl.arange(0, BN)
         nmask = rn < N
+        # the first weight tile is loaded before waiting on the previous kernel: weights never depend on it
+        if INT4:  # words (BN, BK/8): word c of a row holds the codes of columns 8c .. 8c + 7, the first lowest
+            rw = tl.arange(0, BK // 8)
+            wp = W + rn[:, None] * (K // 8) + rw[None, :]
+            w = tl.load(wp, mask=nmask[:, None], other=0)
+            if V == 0:  # the scales of the tile's groups (BN, BK/128)
+                gi = rn[:, None] * (K // GROUP_K) + tl.arange(0, BK // GROUP_K)[None, :]
+            else:  # each word's (BN, BK/8)
+                gi = rn[:, None] * (K // GROUP_K) + (rw * 8 // GROUP_K)[None, :]
+                two = tl.arange(0, 2)  # column 8c + 4a + 2b + e as (c, a, b, e): see _unpack_int4
+                rk4 = (rw[:, None, None, None] * 8 + two[None, :, None, None] * 4 + two[None, None, :, None] * 2
+                       + two[None, None, None, :])
+        else:
+            wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
+            w = tl.load(wp, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         rstd = 1.0
         if PRO == 1:  # RMSNorm prologue: every program reads the whole (KB-sized) input for its norm
             ss = tl.zeros([BK], dtype=tl.float32)
@@ -117,31 +198,30 @@ if triton is not None:
                 xv = tl.load(X + k0 + tl.arange(0, BK)).to(tl.float32)
                 ss += xv * xv
             rstd = 1.0 / tl.sqrt(tl.sum(ss, 0) / K + eps)
-        acc = tl.zeros([BN, BK], dtype=tl.float32)
+        acc = tl.zeros([BN, (BK // GROUP_K if V == 0 else BK // 8) if INT4 else BK], dtype=tl.float32)
         for k0 in range(0, K, BK):
-            rk = k0 + tl.arange(0, BK)
-            if PRO == 2:  # SiLU-and-multiply prologue: x = silu(g) * u, g and u the two halves of the input
-                g = tl.load(X + rk).to(tl.float32)
-                u = tl.load(X + K + rk).to(tl.float32)
-                xv = g / (1.0 + tl.exp(-g)) * u
+            more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + BK) < K  # the next tile is loaded before this one
+            if INT4:  # is used (registers, double-buffered)
+                w_next = tl.load(wp + (k0 + BK) // 8, mask=nmask[:, None] & more, other=0)
+                sc = tl.load(S + gi + k0 // GROUP_K, mask=nmask[:, None], other=0.0).to(tl.float32)
+                ze = tl.load(Z + gi + k0 // GROUP_K, mask=nmask[:, None], other=0.0).to(tl.float32)
+                # sum (c - z) s x = s (16 sum (1 + c/16) x - (16 + z) sum x): an FMA a weight, the scale once per sum;
+                # V 0 sums each group (across threads), V 1 each word (in its thread; scales gathered per word)
+                if V == 0:
+                    xv = _x_tile(X, NW, k0 + tl.arange(0, BK), K, rstd, PRO)
+                    f = tl.reshape(tl.reshape(_unpack_int4(w), [BN, BK]) * xv[None, :], [BN, BK // GROUP_K, GROUP_K])
+                    xs = tl.sum(tl.reshape(xv, [BK // GROUP_K, GROUP_K]), 1)
+                    acc += sc * (16.0 * tl.sum(f, 2) - (16.0 + ze) * xs[None, :])
+                else:
+                    xv = _x_tile(X, NW, k0 + rk4, K, rstd, PRO)  # (BK/8, 2, 2, 2)
+                    acc += sc * (16.0 * _sum3(_unpack_int4(w) * xv[None]) - (16.0 + ze) * _sum3(xv)[None, :])
             else:
-                xv = tl.load(X + rk).to(tl.float32)
-            if PRO == 1:
-                xv = xv * rstd * tl.load(NW + rk).to(tl.float32)
-            if INT4:  # BK <= GROUP_K: one scale and one zero per row per tile
-                rw = k0 // 8 + tl.arange(0, BK // 8)
-                words = tl.load(W + rn[:, None] * (K // 8) + rw[None, :], mask=nmask[:, None], other=0)
-                shifts = tl.arange(0, 8) * 4
-                codes = (words[:, :, None] >> shifts[None, None, :]) & 0xF
-                codes = tl.reshape(codes, [BN, BK]).to(tl.float32)
-                gi = k0 // GROUP_K
-                sc = tl.load(S + rn * (K // GROUP_K) + gi, mask=nmask, other=0.0).to(tl.float32)
-                ze = tl.load(Z + rn * (K // GROUP_K) + gi, mask=nmask, other=0.0).to(tl.float32)
-                wv = (codes - ze[:, None]) * sc[:, None]
-            else:
-                wv = tl.load(W + rn[:, None] * K + rk[None, :], mask=nmask[:, None], other=0.0,
-                             eviction_policy="evict_first").to(tl.float32)
-            acc += wv * xv[None, :]
+                w_next = tl.load(wp + k0 + BK, mask=nmask[:, None] & more, other=0.0, eviction_policy="evict_first")
+                xv = _x_tile(X, NW, k0 + tl.arange(0, BK), K, rstd, PRO)
+                acc += w.to(tl.float32) * xv[None, :]
+            w = w_next
+        if PDL == 2:
+            tl.extra.cuda.gdc_launch_dependents()
         y = tl.sum(acc, 1)
         if HAS_BIAS:
             y += tl.load(B + rn, mask=nmask, other=0.0).to(tl.float32)
@@ -149,104 +229,128 @@ if triton is not None:
             y += tl.load(R + rn, mask=nmask, other=0.0).to(tl.float32)
         tl.store(Y + rn, y, mask=nmask)
 
-    # few configs: every one is compiled per fused matrix before the graph is captured
-    _CONFIGS = [triton.Config({"BN": bn, "BK": bk}, num_warps=w)
-                for bn, bk, w in ((4, 512, 4), (8, 512, 8), (8, 256, 4), (16, 256, 8))]
-    _gemv_tuned = triton.autotune(_CONFIGS, key=["N", "K", "PRO", "INT4"])(_gemv)
+    def _prune(configs, named_args, **kwargs):
+        """Tiles must divide K (the loop has no K mask); int4 tiles hold whole groups. Else one fitting tile."""
+        k, int4 = named_args["K"], kwargs.get("INT4", False)
+        keep = [c for c in configs if k % c.kwargs["BK"] == 0 and (not int4 or c.kwargs["BK"] % GROUP == 0)]
+        return keep or [triton.Config({"BN": 8, "BK": _pick_bk(k, int4)}, num_warps=4)]
+
+    # every config is compiled and timed per (N, K, prologue) once, before the CUDA graph is captured
+    _BF16 = [triton.Config({"BN": bn, "BK": bk}, num_warps=w)
+             for bn, bk, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 512, 4), (8, 512, 8), (16, 256, 8),
+                               (16, 512, 8), (8, 256, 4), (4, 256, 4), (4, 256, 2))]
+    _INT4 = [triton.Config({"BN": bn, "BK": bk, "V": v}, num_warps=w)
+             for bn, bk, w in ((8, 256, 4), (16, 256, 8), (8, 512, 4), (16, 512, 8), (32, 256, 8), (32, 128, 4))
+             for v in (0, 1)]
+    _gemv_bf16 = triton.autotune(_BF16, key=["N", "K", "PRO"], prune_configs_by={"early_config_prune": _prune})(_gemv)
+    _gemv_int4 = triton.autotune(_INT4, key=["N", "K", "PRO"], prune_configs_by={"early_config_prune": _prune})(_gemv)
 
     @triton.jit
-    def _rope_kv(QKV, COS, SIN, POS, Q, KC, VC, stride_kh, H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr):
-        h = tl.program_id(0)  # 0..H-1: q heads; H..H+KVH-1: k heads; then v heads
-        pos = tl.load(POS)
-        d = tl.arange(0, D)
-        x = tl.load(QKV + h * D + d).to(tl.float32)
-        if h < H + KVH:
-            partner = tl.load(QKV + h * D + (d + D // 2) % D).to(tl.float32)
-            sign = tl.where(d < D // 2, -1.0, 1.0)
-            c = tl.load(COS + pos * D + d)
-            s = tl.load(SIN + pos * D + d)
-            x = x * c + sign * partner * s
-            if h < H:
-                tl.store(Q + h * D + d, x)
-            else:
-                tl.store(KC + (h - H) * stride_kh + pos * D + d, x.to(KC.dtype.element_ty))
-        else:
-            tl.store(VC + (h - H - KVH) * stride_kh + pos * D + d, x.to(VC.dtype.element_ty))
+    def _rope(QKV, COS, SIN, pos, rows, d, mask, D: tl.constexpr):
+        """Rows `rows` (head indices) of the fused q/k/v vector, rotated at `pos` (HF's rotate_half layout)."""
+        x = tl.load(QKV + rows[:, None] * D + d[None, :], mask=mask, other=0.0)
+        partner = tl.load(QKV + rows[:, None] * D + ((d + D // 2) % D)[None, :], mask=mask, other=0.0)
+        sign = tl.where(d < D // 2, -1.0, 1.0)
+        return x * tl.load(COS + pos * D + d)[None, :] + sign[None, :] * partner * tl.load(SIN + pos * D + d)[None, :]
 
     @triton.jit
-    def _attn_chunk(Q, KC, VC, POS, MO, LO, OO, scale, stride_kh, NCHUNK,
-                    G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr, BL: tl.constexpr,
-                    DOT_F32: tl.constexpr):
+    def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
+                    H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                    CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr):
+        """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk)."""
+        if PDL == 1:
+            tl.extra.cuda.gdc_launch_dependents()
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         kvh = tl.program_id(0)
         c = tl.program_id(1)
-        n = tl.load(POS) + 1
-        g = tl.arange(0, GP)
-        d = tl.arange(0, D)
-        q = tl.load(Q + (kvh * G + g)[:, None] * D + d[None, :], mask=(g < G)[:, None], other=0.0)
-        q = (q * scale).to(KC.dtype.element_ty)
-        if DOT_F32:  # the interpreter multiplies bf16 operands of tl.dot as raw bits: give it fp32
-            q = q.to(tl.float32)
-        m = tl.full([GP], -1e30, dtype=tl.float32)
-        l = tl.zeros([GP], dtype=tl.float32)
-        acc = tl.zeros([GP, D], dtype=tl.float32)
+        pos = tl.load(POS)
         start = c * CHUNK
-        if start < n:
+        if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
+            g = tl.arange(0, GP)
+            d = tl.arange(0, D)
+            one = tl.arange(0, 1)
+            q = _rope(QKV, COS, SIN, pos, kvh * G + g, d, (g < G)[:, None], D)  # the group's query heads
+            q = (q * scale).to(KC.dtype.element_ty)
+            # this position's k (rotated) and v, rounded as the cache holds them; the chunk holding the
+            # position writes them to the cache, and every program uses the registers, not the cache, for it
+            k_new = _rope(QKV, COS, SIN, pos, H + kvh + one, d, one[:, None] >= 0, D).to(KC.dtype.element_ty)
+            v_new = tl.load(QKV + (H + KVH + kvh + one)[:, None] * D + d[None, :]).to(VC.dtype.element_ty)
+            if pos < start + CHUNK:
+                tl.store(KC + kvh * stride_kh + pos * D + d[None, :] + one[:, None] * 0, k_new)
+                tl.store(VC + kvh * stride_kh + pos * D + d[None, :] + one[:, None] * 0, v_new)
+            if DOT_F32:  # the interpreter multiplies bf16 operands of tl.dot as raw bits: give it fp32
+                q = q.to(tl.float32)
+            m = tl.full([GP], -1e30, dtype=tl.float32)
+            l = tl.zeros([GP], dtype=tl.float32)
+            acc = tl.zeros([GP, D], dtype=tl.float32)
             for off in range(0, CHUNK, BL):
                 rl = start + off + tl.arange(0, BL)
-                lm = rl < n
+                old = rl < pos
                 base = kvh * stride_kh + rl[:, None] * D + d[None, :]
-                k = tl.load(KC + base, mask=lm[:, None], other=0.0)
-                v = tl.load(VC + base, mask=lm[:, None], other=0.0)
+                k = tl.where((rl == pos)[:, None], k_new, tl.load(KC + base, mask=old[:, None], other=0.0))
+                v = tl.where((rl == pos)[:, None], v_new, tl.load(VC + base, mask=old[:, None], other=0.0))
                 if DOT_F32:
                     k = k.to(tl.float32)
                     v = v.to(tl.float32)
+                live = rl <= pos
                 s = tl.dot(q, tl.trans(k))
-                s = tl.where(lm[None, :], s, -1e30)
+                s = tl.where(live[None, :], s, -1e30)
                 m_new = tl.maximum(m, tl.max(s, 1))
-                p = tl.where(lm[None, :], tl.exp(s - m_new[:, None]), 0.0)
+                p = tl.where(live[None, :], tl.exp(s - m_new[:, None]), 0.0)
                 alpha = tl.exp(m - m_new)
                 l = l * alpha + tl.sum(p, 1)
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
                 m = m_new
-        o = (kvh * NCHUNK + c) * GP + g
-        tl.store(MO + o, m)
-        tl.store(LO + o, l)
-        tl.store(OO + o[:, None] * D + d[None, :], acc)
+            if PDL == 2:
+                tl.extra.cuda.gdc_launch_dependents()
+            o = (kvh * NCHUNK + c) * GP + g
+            real = g < G  # only the group's real query heads are written (GP pads it to the tensor-core tile)
+            tl.store(MO + o, m, mask=real)
+            tl.store(LO + o, l, mask=real)
+            tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
 
     @triton.jit
-    def _attn_merge(MO, LO, OO, OUT, NCHUNK, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                    CB: tl.constexpr):
+    def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr):
+        """The chunks' partial softmax sums of one query head, merged (one program per query head)."""
+        if PDL == 1:
+            tl.extra.cuda.gdc_launch_dependents()
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         h = tl.program_id(0)
         kvh = h // G
-        gi = h % G
+        nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos
         d = tl.arange(0, D)
         cs = tl.arange(0, CB)
-        mx = tl.full([CB], -1e30, dtype=tl.float32)
-        for c0 in range(0, NCHUNK, CB):
-            cm = (c0 + cs) < NCHUNK
-            mx = tl.maximum(mx, tl.load(MO + (kvh * NCHUNK + c0 + cs) * GP + gi, mask=cm, other=-1e30))
-        mmax = tl.max(mx, 0)
+        m_run = tl.max(tl.full([CB], -1e30, dtype=tl.float32), 0)
+        den = tl.sum(tl.zeros([CB], dtype=tl.float32), 0)
         num = tl.zeros([D], dtype=tl.float32)
-        den = tl.zeros([CB], dtype=tl.float32)
-        for c0 in range(0, NCHUNK, CB):
-            cm = (c0 + cs) < NCHUNK
-            o = (kvh * NCHUNK + c0 + cs) * GP + gi
-            w = tl.where(cm, tl.exp(tl.load(MO + o, mask=cm, other=-1e30) - mmax), 0.0)
-            den += w * tl.load(LO + o, mask=cm, other=0.0)
-            part = tl.load(OO + o[:, None] * D + d[None, :], mask=cm[:, None], other=0.0)
-            num += tl.sum(part * w[:, None], 0)
-        tl.store(OUT + h * D + d, num / tl.sum(den, 0))
+        for c0 in range(0, nlive, CB):
+            cm = (c0 + cs) < nlive
+            o = (kvh * NCHUNK + c0 + cs) * GP + h % G
+            mc = tl.load(MO + o, mask=cm, other=-1e30)
+            m_new = tl.maximum(m_run, tl.max(mc, 0))
+            a = tl.exp(m_run - m_new)
+            w = tl.where(cm, tl.exp(mc - m_new), 0.0)
+            den = den * a + tl.sum(w * tl.load(LO + o, mask=cm, other=0.0), 0)
+            num = num * a + tl.sum(tl.load(OO + o[:, None] * D + d[None, :], mask=cm[:, None], other=0.0)
+                                   * w[:, None], 0)
+            m_run = m_new
+        if PDL == 2:
+            tl.extra.cuda.gdc_launch_dependents()
+        tl.store(OUT + h * D + d, num / den)
 
 
 def _pick_bk(k: int, int4: bool) -> int:
-    for bk in ((128,) if int4 else (256, 128, 64, 32, 16)):
+    for bk in ((256, 128) if int4 else (256, 128, 64, 32, 16)):
         if k % bk == 0:
             return bk
-    raise ValueError(f"K = {k} is not a multiple of 16")
+    raise ValueError(f"K = {k} is not a multiple of {GROUP if int4 else 16}")
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             out=None):
+             out=None, pdl=None, variant=0):
     """The Triton twin of ref_gemv; writes into `out` (fp32, N) when given (a static buffer under a CUDA graph)."""
     int4 = scales is not None
     n = w.shape[0]
@@ -256,32 +360,39 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
             bias if bias is not None else dummy, residual if residual is not None else dummy, y, n, k, eps)
     flags = dict(PRO=pro, HAS_BIAS=bias is not None, HAS_RES=residual is not None, INT4=int4, GROUP_K=GROUP)
-    if INTERPRET or not w.is_cuda:
-        bk = _pick_bk(k, int4)
-        _gemv[(triton.cdiv(n, 16),)](*args, **flags, BN=16, BK=bk)
+    if INTERPRET or not w.is_cuda:  # fixed tiles under the interpreter (small shapes, the tests)
+        _gemv[(triton.cdiv(n, 16),)](*args, **flags, BN=16, BK=_pick_bk(k, int4), PDL=0, V=variant)
     else:
-        if int4 or k % 512:  # int4 tiles stay inside one group; other K need a tile that divides them
-            bk = _pick_bk(k, int4)
-            _gemv[(triton.cdiv(n, 8),)](*args, **flags, BN=8, BK=bk, num_warps=4)
-        else:
-            _gemv_tuned[lambda meta: (triton.cdiv(n, meta["BN"]),)](*args, **flags)
+        pdl = _pdl_default() if pdl is None else pdl
+        kern = _gemv_int4 if int4 else _gemv_bf16
+        kern[lambda meta: (triton.cdiv(n, meta["BN"]),)](*args, **flags, PDL=pdl, **_launch(pdl))
     return y
 
 
-def tri_rope_kv(qkv, cos, sin, pos, k_cache, v_cache, heads, kv_heads, head_dim, q_out=None):
-    q = q_out if q_out is not None else torch.empty(heads, head_dim, device=qkv.device, dtype=torch.float32)
-    _rope_kv[(heads + 2 * kv_heads,)](qkv, cos, sin, pos, q, k_cache, v_cache, k_cache.stride(0),
-                                      H=heads, KVH=kv_heads, D=head_dim)
-    return q
+def _launch(pdl: int) -> dict:
+    return {"launch_pdl": True} if pdl else {}
+
+
+def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
+    """Cache positions per attention program: a power of two in [64, 512], small enough that the (kv head, chunk)
+    programs fill the GPU about twice over at the full length, large enough that the partials (one fp32 row per
+    query head per chunk) stay a small fraction of the KV bytes."""
+    c = ATTN_CHUNK
+    while c < 512 and length * kv_heads >= 4 * c * sms:  # (length / 2c) * kv_heads programs >= 2 * sms
+        c *= 2
+    return c
 
 
 class AttnScratch:
     """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep."""
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device):
+        device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
-        self.nchunk = -(-length // ATTN_CHUNK)
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+        self.chunk = ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms)
+        self.nchunk = -(-length // self.chunk)
         shape = (kv_heads, self.nchunk, self.gp)
         self.m = torch.empty(shape, device=device, dtype=torch.float32)
         self.l = torch.empty(shape, device=device, dtype=torch.float32)
@@ -289,12 +400,17 @@ class AttnScratch:
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
 
 
-def tri_attention(q, k_cache, v_cache, pos, scale, scratch: AttnScratch):
+def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch):
+    """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
+    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches."""
     kv_heads, _, d = k_cache.shape
-    heads = q.shape[0]
-    _attn_chunk[(kv_heads, scratch.nchunk)](q, k_cache, v_cache, pos, scratch.m, scratch.l, scratch.o, scale,
-                                            k_cache.stride(0), scratch.nchunk, G=scratch.g, GP=scratch.gp, D=d,
-                                            CHUNK=ATTN_CHUNK, BL=ATTN_BL, DOT_F32=INTERPRET)
-    _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, scratch.nchunk, G=scratch.g,
-                          GP=scratch.gp, D=d, CB=16)
+    pdl = _pdl_default()
+    _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
+                                            scale, k_cache.stride(0), scratch.nchunk, H=heads, KVH=kv_heads,
+                                            G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
+                                            BL=min(ATTN_BL, scratch.chunk), DOT_F32=INTERPRET, PDL=pdl,
+                                            **_launch(pdl))
+    _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, G=scratch.g,
+                          GP=scratch.gp, D=d, CHUNK=scratch.chunk, CB=min(64, triton.next_power_of_2(scratch.nchunk)),
+                          PDL=pdl, **_launch(pdl))
     return scratch.out

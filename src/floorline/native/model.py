@@ -63,7 +63,6 @@ class NativeModel:
         inter = self.layers[0]["gate_up"]["rows"] // 2
         self.x = [torch.zeros(self.hidden, **f32), torch.zeros(self.hidden, **f32)]  # the residual, ping-pong
         self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
-        self.q = torch.zeros(h, d, **f32)
         self.gu = torch.zeros(2 * inter, **f32)
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
@@ -77,18 +76,13 @@ class NativeModel:
         out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
-    def _rope_kv(self, i: int):
-        args = (self.qkv, self.cos, self.sin, self.pos, self.k_cache[i], self.v_cache[i], self.heads,
-                self.kv_heads, self.head_dim)
-        if self.ops == "triton":
-            return K.tri_rope_kv(*args, q_out=self.q)
-        self.q.copy_(K.ref_rope_kv(*args))
-        return self.q
-
     def _attention(self, i: int):
+        """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
+        kc, vc = self.k_cache[i], self.v_cache[i]
         if self.ops == "triton":
-            return K.tri_attention(self.q, self.k_cache[i], self.v_cache[i], self.pos, self.scale, self.attn)
-        return K.ref_attention(self.q, self.k_cache[i], self.v_cache[i], self.pos, self.scale)
+            return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn)
+        q = K.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim)
+        return K.ref_attention(q, kc, vc, self.pos, self.scale)
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
@@ -98,7 +92,6 @@ class NativeModel:
         for i, lay in enumerate(self.layers):
             self._gemv(lay["qkv"], self.x[cur], self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"],
                        bias=lay["qkv_bias"])
-            self._rope_kv(i)
             a = self._attention(i)
             self._gemv(lay["o"], a, self.x[1 - cur], residual=self.x[cur])
             cur = 1 - cur

@@ -17,9 +17,11 @@ MODES = tuple(RUNTIMES)
 CPU_MODES = tuple(m for m, r in RUNTIMES.items() if not r.needs_cuda)
 
 
-def modes_for(device_type: str) -> tuple[str, ...]:
-    """What `--mode all` means on this device."""
-    return tuple(m for m in (MODES if device_type == "cuda" else CPU_MODES) if RUNTIMES[m].in_all)
+def modes_for(device_type: str, native: bool = True) -> tuple[str, ...]:
+    """What `--mode all` means on this device: native where Triton is installed and `native` allows it (dense
+    weights or floorline's int4)."""
+    return tuple(m for m in (MODES if device_type == "cuda" else CPU_MODES)
+                 if m != "native" or (native and RUNTIMES[m].available()))
 
 
 def get(mode: str, device_type: str) -> type[Runtime]:

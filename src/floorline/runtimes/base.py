@@ -37,9 +37,17 @@ class Runtime:
 
     name = ""
     needs_cuda = False
-    in_all = True  # part of `--mode all`
     static_cache = False
     prepare_tokens = 0
+
+    @staticmethod
+    def available() -> bool:
+        """Whether what the runtime needs beyond torch is installed."""
+        return True
+
+    def describe(self) -> dict:
+        """Settings of this runtime worth keeping in its records."""
+        return {}
 
     def __init__(self, model: torch.nn.Module, max_cache_len: int):
         self.model = model

@@ -2,6 +2,7 @@
 the token and position advanced on the device. Weights are the HF model's, re-laid-out once (fused q/k/v and
 gate/up); a static cache sized to the run. Dense weights or floorline's int4 (--quant int4)."""
 
+import importlib.util
 import time
 
 import torch
@@ -12,8 +13,11 @@ from floorline.runtimes.base import Runtime, capture_graph
 class Native(Runtime):
     name = "native"
     needs_cuda = True
-    in_all = False  # asked for by name until its H200 run is in (see the README)
     prepare_tokens = 2  # warm-up steps (Triton compile + autotune) on a side stream before capture
+
+    @staticmethod
+    def available() -> bool:
+        return importlib.util.find_spec("triton") is not None
 
     def __init__(self, model: torch.nn.Module, max_cache_len: int):
         from floorline.native.model import NativeModel
@@ -25,6 +29,11 @@ class Native(Runtime):
         self.graph = None
         self.net = NativeModel(model, max_cache_len, ops="triton")
         self.tok, self.pos = self.net.tok.view(1, 1), self.net.pos.view(1, 1)
+
+    def describe(self) -> dict:
+        from floorline.native import kernels as K
+
+        return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk}
 
     def prefill(self, prompt: torch.Tensor, chunk: int = 1024) -> None:
         self.net.prefill(prompt, chunk)
