@@ -10,29 +10,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import torch
 
 
 def chain_us(calls, replays: int = 20) -> float:
-    """Median microseconds per call of `calls` (closures) recorded into one CUDA graph, replayed `replays` times."""
-    for f in calls:  # compile / autotune outside the capture
-        f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in calls:
-            f()
-    g.replay()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(calls))
-    return sorted(times)[len(times) // 2]
+    """Median microseconds per call of `calls` (closures) recorded into one CUDA graph, replayed `replays` times
+    (runtimes.base.capture_graph: one warm-up call each, where Triton compiles and autotunes; timing.time_steps)."""
+    from floorline.runtimes.base import capture_graph
+    from floorline.timing import time_steps
+
+    graph = capture_graph(lambda: [f() for f in calls], 1)
+    graph.replay()
+    samples = time_steps(graph.replay, replays, torch.device("cuda"))
+    return statistics.median(samples) * 1e3 / len(calls)
 
 
 def _copies(nbytes: int) -> int:

@@ -350,7 +350,7 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             out=None, pdl=None, variant=0):
+             out=None, variant=0):
     """The Triton twin of ref_gemv; writes into `out` (fp32, N) when given (a static buffer under a CUDA graph)."""
     int4 = scales is not None
     n = w.shape[0]
@@ -363,7 +363,7 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     if INTERPRET or not w.is_cuda:  # fixed tiles under the interpreter (small shapes, the tests)
         _gemv[(triton.cdiv(n, 16),)](*args, **flags, BN=16, BK=_pick_bk(k, int4), PDL=0, V=variant)
     else:
-        pdl = _pdl_default() if pdl is None else pdl
+        pdl = _pdl_default()
         kern = _gemv_int4 if int4 else _gemv_bf16
         kern[lambda meta: (triton.cdiv(n, meta["BN"]),)](*args, **flags, PDL=pdl, **_launch(pdl))
     return y
