@@ -40,18 +40,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen2.5-7b")
     p.add_argument("--json", default=None, help="also write the rows here")
+    p.add_argument("--attn-sweep", action="store_true", help="also time attention over chunk x tile x warps")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)
     h, kv, d = a.heads, a.kv_heads, a.head_dim
     shapes = {"qkv (norm+bias)": ((h + 2 * kv) * d, a.hidden, K.PRO_RMSNORM), "o (+res)": (a.hidden, h * d, K.PRO_NONE),
-              "gate_up (norm)": (2 * a.intermediate, a.hidden, K.PRO_RMSNORM),
-              "down (silu+res)": (a.hidden, a.intermediate, K.PRO_SILU_MUL),
+              "gate_up (norm, silu*up)": (2 * a.intermediate, a.hidden, K.PRO_RMSNORM),
+              "down (+res)": (a.hidden, a.intermediate, K.PRO_NONE),
               "lm_head (norm)": (a.vocab, a.hidden, K.PRO_RMSNORM)}
     rows = []
     for name, (n, k, pro) in shapes.items():
-        x = torch.randn(2 * k if pro == K.PRO_SILU_MUL else k, device=dev)
-        kw = dict(pro=pro, norm_w=torch.rand(k, device=dev) + 0.5 if pro == K.PRO_RMSNORM else None,
+        x = torch.randn(k, device=dev)
+        kw = dict(pro=pro, norm_w=torch.rand(k, device=dev) + 0.5 if pro == K.PRO_RMSNORM else None, glu="silu" in name,
                   residual=torch.randn(n, device=dev) if "res" in name else None,
                   bias=torch.randn(n, device=dev) if "bias" in name else None)
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
@@ -61,37 +62,29 @@ def main(argv=None) -> int:
             lin.weight.data = w
             q = Int4Native().pack(lin).module
             formats.append(("int4", q.words, {"scales": q.scales, "zeros": q.zeros}))
-        xb = x[:k].to(torch.bfloat16)[None]  # cuBLAS baseline: the plain product on a k-wide input
+        xb = x.to(torch.bfloat16)[None]  # cuBLAS baseline: the plain product on a k-wide input
         for fmt, wt, extra in formats:
-            out = torch.empty(n, device=dev)
+            out = torch.empty(n // 2 if kw["glu"] else n, device=dev)
             nbytes = sum(t.numel() * t.element_size() for t in [wt, *extra.values()])
             ops = [(wt, extra)] + [(wt.clone(), {k_: v.clone() for k_, v in extra.items()})
                                    for _ in range(_copies(nbytes) - 1)]
             us = chain_us([lambda o=o: K.tri_gemv(o[0], x, out=out, **kw, **o[1]) for o in ops])
             kern = K._gemv_int4 if extra else K._gemv_bf16
             cfg = kern.best_config
+            tile = f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
             row = {"kernel": f"gemv {name}", "format": fmt, "shape": f"{n}x{k}", "us": us, "bytes": nbytes,
-                   "gbps": nbytes / us / 1e3, "cublas_gbps": None,
-                   "config": f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps}"}
+                   "gbps": nbytes / us / 1e3, "cublas_gbps": None, "config": tile}
             if fmt == "bf16":
                 cub = chain_us([lambda o=o: torch.nn.functional.linear(xb, o[0]) for o in ops])
                 row["cublas_gbps"] = nbytes / cub / 1e3
             rows.append(row)
             del ops
     for ctx in (2048, 16384):
-        nbytes = 2 * kv * ctx * d * 2
-        qkv = torch.randn((h + 2 * kv) * d, device=dev)
-        cos, sin = K.rope_tables(torch.rand(d // 2, device=dev), ctx + 64, 1.0, dev)
-        pos = torch.tensor([ctx - 1], device=dev, dtype=torch.int32)
-        sc = K.AttnScratch(h, kv, d, ctx + 64, dev)
-        caches = [(torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16),
-                   torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16)) for _ in range(_copies(nbytes))]
-        us = chain_us([lambda c=c: K.tri_attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc)
-                       for c in caches])
-        rows.append({"kernel": f"rope+kv+attention ctx {ctx}", "format": "bf16 KV", "shape": f"{h}q/{kv}kv x {d}",
-                     "us": us, "bytes": nbytes, "gbps": nbytes / us / 1e3, "cublas_gbps": None,
-                     "config": f"chunk {sc.chunk}"})
-        del caches
+        tiles = [(None, None, 4)]  # the defaults, then (with --attn-sweep) chunk x tile x warps
+        if args.attn_sweep:
+            tiles += [(c, t, w) for c in (32, 64, 128, 256) for t in (32, 64, 128) for w in (4, 8) if t <= c]
+        for chunk, tile, warps in tiles:
+            rows.append(_attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps))
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_gbps:.0f} GB/s measured; {a.name} shapes")
     print(f"PDL {K.pdl_name()}; per call: median of 20 replays of a graph of calls on distinct copies")
     print("| kernel | format | shape | config | us | MB | GB/s | % of copy bw | cuBLAS bf16 GB/s |")
@@ -104,6 +97,20 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"copy_gbps": copy_gbps, "model": a.name, "rows": rows}, f)
     return 0
+
+
+def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps) -> dict:
+    nbytes = 2 * kv * ctx * d * 2
+    qkv = torch.randn((h + 2 * kv) * d, device=dev)
+    cos, sin = K.rope_tables(torch.rand(d // 2, device=dev), ctx + 64, 1.0, dev)
+    pos = torch.tensor([ctx - 1], device=dev, dtype=torch.int32)
+    sc = K.AttnScratch(h, kv, d, ctx + 64, dev, chunk=chunk, tile=tile, warps=warps)
+    caches = [(torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16),
+               torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16)) for _ in range(_copies(nbytes))]
+    us = chain_us([lambda c=c: K.tri_attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc) for c in caches])
+    return {"kernel": f"rope+kv+attention ctx {ctx}", "format": "bf16 KV", "shape": f"{h}q/{kv}kv x {d}", "us": us,
+            "bytes": nbytes, "gbps": nbytes / us / 1e3, "cublas_gbps": None,
+            "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps}"}
 
 
 if __name__ == "__main__":

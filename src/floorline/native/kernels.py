@@ -1,12 +1,12 @@
 """Triton kernels of the native decode step, batch 1, and their torch references (the same math, plain ops).
 
 One GEMV kernel with compile-time prologues and epilogues, so each fused matrix is one launch:
-  y = W @ p(x) (+ bias) (+ residual)       p: identity | RMSNorm(x) * g | silu(x[:K]) * x[K:]
+  y = W @ p(x) (+ bias) (+ residual | glu)       p: identity | RMSNorm(x) * g;  glu: silu(y[:N/2]) * y[N/2:]
 W is bf16 (N, K) row-major, or floorline's W4A16 (int4.py): int32 (N, K/8) codes, bf16 scales and zeros (N, K/128).
-Each program owns BN output rows and streams them along K in BK-wide tiles, the next tile loaded before the current
-one is used; activations are fp32 vectors (KB). int4 codes become floats 1 + c/16 by bit moves (no conversions) and
-the group's scale and zero are applied once per sum (two autotuned variants: per group across threads, per word in
-its thread).
+Each program owns BN output rows (with glu: BN/2 gate rows and the same up rows) and streams them along K in BK-wide
+tiles, either two register buffers in turn or Triton's cp.async pipeline (STAGES, autotuned); activations are fp32
+vectors (KB). int4 codes become floats 2048 + c or 128 + c by one and-or into a power of two's mantissa (no
+conversions), and the group's scale and zero are applied once per 32 weights of a row (_int4_tile).
 Attention is flash-decoding, RoPE and the KV write folded in: one program per (kv head, chunk of the cache) rotates
 q and k at the current position (read from the device: graph-safe), the chunk holding the position writes k and v
 into the cache, and every program scores all query heads of its group with tensor cores; a second kernel merges the
@@ -29,8 +29,9 @@ except ImportError:  # floorline runs without Triton; only mode native and its k
     triton = tl = None
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-PRO_NONE, PRO_RMSNORM, PRO_SILU_MUL = 0, 1, 2
+PRO_NONE, PRO_RMSNORM = 0, 1
 GROUP = 128  # the int4 format's group size along K
+WORDS_PER_GROUP = GROUP // 8  # word i of a group holds its columns i, i + 16, ..., i + 112 (code j: column 16j + i)
 ATTN_CHUNK = 64  # cache positions per attention program (the least; more at long contexts)
 ATTN_BL = 64  # positions per inner tile
 
@@ -42,32 +43,43 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.float()
 
 
-def ref_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None):
-    """y = W @ p(x) (+ bias) (+ residual) in fp32; W bf16 (N, K), or int4 words (N, K/8) with scales and zeros."""
+def ref_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
+             glu=False):
+    """y = W @ p(x) (+ bias) (+ residual) in fp32; W bf16 (N, K), or int4 words (N, K/8) with scales and zeros.
+    glu: W holds gate rows then up rows; y = silu(gate) * up (N/2)."""
     x = x.float()
     if pro == PRO_RMSNORM:
         x = rmsnorm(x, norm_w, eps)
-    elif pro == PRO_SILU_MUL:
-        k = x.numel() // 2
-        x = torch.nn.functional.silu(x[:k]) * x[k:]
     wf = dequant_int4(w, scales, zeros) if scales is not None else w.float()
     y = wf @ x
     if bias is not None:
         y = y + bias.float()
+    if glu:
+        gate, up = y.chunk(2)
+        y = torch.nn.functional.silu(gate) * up
     if residual is not None:
         y = y + residual.float()
     return y
 
 
 def dequant_int4(words, scales, zeros):
-    """floorline's W4A16 layout -> fp32 (N, K): code j of word i in row n is weight (n, 8i + j), bits 4j..4j+3;
-    w = (code - zero) * scale per group of 128 along K."""
+    """floorline's W4A16 layout -> fp32 (N, K): in each group of 128 along K, code j (bits 4j..4j+3) of the group's
+    word i is weight column 16j + i of the group; w = (code - zero) * scale."""
     n, kw = words.shape
     shifts = torch.arange(0, 32, 4, device=words.device, dtype=torch.int32)
-    codes = (words.unsqueeze(-1) >> shifts) & 0xF
-    codes = codes.reshape(n, kw * 8).float()
+    codes = (words.unsqueeze(-1) >> shifts) & 0xF  # (n, kw, 8): [word, code]
+    codes = codes.reshape(n, kw // WORDS_PER_GROUP, WORDS_PER_GROUP, 8).transpose(2, 3).reshape(n, kw * 8).float()
     g = codes.shape[1] // scales.shape[1]
     return (codes - zeros.float().repeat_interleave(g, 1)) * scales.float().repeat_interleave(g, 1)
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """(N, K) codes 0..15 -> floorline's int32 words (N, K/8): the inverse of dequant_int4's code order."""
+    n, k = codes.shape
+    order = codes.reshape(n, k // GROUP, 8, WORDS_PER_GROUP).transpose(2, 3).reshape(n, k)  # [word i, code j]
+    shifts = 4 * torch.arange(8, device=codes.device, dtype=torch.int64)
+    words = (order.to(torch.int64).reshape(n, k // 8, 8) << shifts).sum(-1)  # < 2**32: fits int64
+    return torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)  # the same bits, signed
 
 
 def rope_tables(inv_freq: torch.Tensor, length: int, scaling: float, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,61 +143,101 @@ def pdl_name() -> str:
 if triton is not None:
 
     @triton.jit
-    def _x_tile(X, NW, rk, K, rstd, PRO: tl.constexpr):
-        """The GEMV input at columns rk, prologue applied: x | RMSNorm(x) * g | silu(x[:K]) * x[K:]."""
-        if PRO == 2:
-            g = tl.load(X + rk).to(tl.float32)
-            u = tl.load(X + K + rk).to(tl.float32)
-            xv = g / (1.0 + tl.exp(-g)) * u
-        else:
-            xv = tl.load(X + rk).to(tl.float32)
-            if PRO == 1:
-                xv = xv * rstd * tl.load(NW + rk).to(tl.float32)
+    def _x_tile(X, NW, rk, PRO: tl.constexpr):
+        """The GEMV input at columns rk: x, or x * g for RMSNorm (its 1/rms is applied to the sums)."""
+        xv = tl.load(X + rk).to(tl.float32)
+        if PRO == 1:
+            xv = xv * tl.load(NW + rk).to(tl.float32)
         return xv
 
     @triton.jit
-    def _nibble(w, j: tl.constexpr):
-        """Code j (bits 4j..4j+3) of each word as the float 1 + c/16: the code moved into the top four mantissa
-        bits of 1.0 (one shift, one and-or; a cast would be a slow conversion). Exact."""
-        if j <= 4:
-            b = w << (19 - 4 * j)
-        else:
-            b = w >> (4 * j - 19)
-        return ((b & 0x780000) | 0x3F800000).to(tl.float32, bitcast=True)
+    def _code(t, HI: tl.constexpr):
+        """Bits 12..15 of t as the float 2048 + c, or (HI) bits 16..19 as 128 + c: the code dropped into the
+        mantissa of a power of two by one and-or (LOP3); exact, no int->float conversion."""
+        if HI:
+            return ((t & 0xF0000) | 0x43000000).to(tl.float32, bitcast=True)
+        return ((t & 0xF000) | 0x45000000).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _unpack_int4(w):
-        """int32 words (BN, BK/8) -> 1 + code/16 as fp32 (BN, BK/8, 2, 2, 2): element [n, c, a, b, e] is code
-        4a + 2b + e of word c (column 8c + 4a + 2b + e). tl.join stacks the nibbles in each thread's registers."""
-        b0 = tl.join(tl.join(_nibble(w, 0), _nibble(w, 4)), tl.join(_nibble(w, 2), _nibble(w, 6)))
-        b1 = tl.join(tl.join(_nibble(w, 1), _nibble(w, 5)), tl.join(_nibble(w, 3), _nibble(w, 7)))
-        return tl.join(b0, b1)
+    def _split8(x):
+        """(..., 2, 2, 2) -> the eight (...) slices, element 4p + 2q + r of the last three axes in order."""
+        r0, r1 = tl.split(x)
+        q0r0, q1r0 = tl.split(r0)
+        q0r1, q1r1 = tl.split(r1)
+        x0, x4 = tl.split(q0r0)
+        x2, x6 = tl.split(q1r0)
+        x1, x5 = tl.split(q0r1)
+        x3, x7 = tl.split(q1r1)
+        return x0, x1, x2, x3, x4, x5, x6, x7
 
     @triton.jit
-    def _sum3(x):
-        return tl.sum(tl.sum(tl.sum(x, -1), -1), -1)  # the last three (in-thread) axes
+    def _int4_load(wp, S, Z, gi, k0, K, nmask):
+        """One int4 tile's words (BN, NCH, 4) and its chunks' scales and zeros (BN, NCH), fp32; nothing is read
+        for a tile at or past K (the register buffers' last prefetch)."""
+        live = (tl.zeros([1, 1], dtype=tl.int32) + k0) < K
+        m = nmask[:, None] & live
+        w = tl.load(wp + k0 // 8, mask=m[:, :, None], other=0)
+        sc = tl.load(S + gi + k0 // 128, mask=m, other=0.0).to(tl.float32)
+        ze = tl.load(Z + gi + k0 // 128, mask=m, other=0.0).to(tl.float32)
+        return w, sc, ze
 
     @triton.jit
-    def _gemv(W, S, Z, X, NW, B, R, Y, N, K, eps,
-              PRO: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, INT4: tl.constexpr,
-              GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr, V: tl.constexpr = 0):
+    def _int4_tile(acc, w, sc, ze, X, NW, xc, PRO: tl.constexpr):
+        """acc (BN, NCH) += one int4 tile: w (BN, NCH, 4) words, chunk c = words 4c .. 4c + 3 of one group;
+        xc (NCH, 4) the columns of each word's code 0 (code j: + 16 j, so each x_j is a contiguous load).
+        sum (c - z) s x = s (sum (m + c) x - sum m x - z sum x) with m = 2048 for even codes, 128 for odd: four
+        shifts put two codes each at bits 12 and 16 (_code), so a weight costs half a shift, a LOP3 and an FFMA;
+        the scale and zero once per chunk and row."""
+        x0 = _x_tile(X, NW, xc, PRO)  # every input first: the loads in flight together
+        x1 = _x_tile(X, NW, xc + 16, PRO)
+        x2 = _x_tile(X, NW, xc + 32, PRO)
+        x3 = _x_tile(X, NW, xc + 48, PRO)
+        x4 = _x_tile(X, NW, xc + 64, PRO)
+        x5 = _x_tile(X, NW, xc + 80, PRO)
+        x6 = _x_tile(X, NW, xc + 96, PRO)
+        x7 = _x_tile(X, NW, xc + 112, PRO)
+        t = w << 12  # codes 0, 1 at bits 12, 16
+        p = _code(t, 0) * x0[None]
+        p += _code(t, 1) * x1[None]  # one FFMA each
+        t = w << 4
+        p += _code(t, 0) * x2[None]
+        p += _code(t, 1) * x3[None]
+        t = w >> 4
+        p += _code(t, 0) * x4[None]
+        p += _code(t, 1) * x5[None]
+        t = w >> 12  # the sign bits above are masked off
+        p += _code(t, 0) * x6[None]
+        p += _code(t, 1) * x7[None]
+        xm = 2048.0 * (x0 + x2 + x4 + x6) + 128.0 * (x1 + x3 + x5 + x7)
+        xs = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7
+        return acc + sc * (tl.sum(p, 2) - tl.sum(xm, 1)[None, :] - ze * tl.sum(xs, 1)[None, :])
+
+    @triton.jit
+    def _gemv(W, S, Z, X, NW, B, R, Y, N, K, KW, eps,
+              PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+              INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr,
+              STAGES: tl.constexpr = 0):
         if PDL == 1:  # let the next kernel's programs launch as soon as all of ours have
             tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
-        rn = pid * BN + tl.arange(0, BN)
-        nmask = rn < N
+        if GLU:  # rows i of the gate half and i of the up half in one program: y = silu(gate) * up, N/2 outputs
+            BH: tl.constexpr = BN // 2
+            i = tl.arange(0, BN)
+            rr = pid * BH + i % BH
+            rn = rr + (i // BH) * (N // 2)
+            nmask = rr < N // 2
+        else:
+            rn = pid * BN + tl.arange(0, BN)
+            nmask = rn < N
         # the first weight tile is loaded before waiting on the previous kernel: weights never depend on it
-        if INT4:  # words (BN, BK/8): word c of a row holds the codes of columns 8c .. 8c + 7, the first lowest
-            rw = tl.arange(0, BK // 8)
-            wp = W + rn[:, None] * (K // 8) + rw[None, :]
-            w = tl.load(wp, mask=nmask[:, None], other=0)
-            if V == 0:  # the scales of the tile's groups (BN, BK/128)
-                gi = rn[:, None] * (K // GROUP_K) + tl.arange(0, BK // GROUP_K)[None, :]
-            else:  # each word's (BN, BK/8)
-                gi = rn[:, None] * (K // GROUP_K) + (rw * 8 // GROUP_K)[None, :]
-                two = tl.arange(0, 2)  # column 8c + 4a + 2b + e as (c, a, b, e): see _unpack_int4
-                rk4 = (rw[:, None, None, None] * 8 + two[None, :, None, None] * 4 + two[None, None, :, None] * 2
-                       + two[None, None, None, :])
+        if INT4:  # words (BN, NCH, 4): chunk c of the tile is words 4c .. 4c + 3, in one group; KW = K / 8
+            NCH: tl.constexpr = BK // 32
+            rc = tl.arange(0, NCH)
+            wcol = rc[:, None] * 4 + tl.arange(0, 4)[None, :]
+            wp = W + rn[:, None, None] * KW + wcol[None]
+            gi = rn[:, None] * (K // GROUP_K) + (rc * 32 // GROUP_K)[None, :]  # each chunk's group (BN, NCH)
+            w, sc, ze = _int4_load(wp, S, Z, gi, 0, K, nmask)
+            xcol = wcol // 16 * 128 + wcol % 16  # (NCH, 4): each word's code 0
         else:
             wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
             w = tl.load(wp, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
@@ -198,36 +250,47 @@ if triton is not None:
                 xv = tl.load(X + k0 + tl.arange(0, BK)).to(tl.float32)
                 ss += xv * xv
             rstd = 1.0 / tl.sqrt(tl.sum(ss, 0) / K + eps)
-        acc = tl.zeros([BN, (BK // GROUP_K if V == 0 else BK // 8) if INT4 else BK], dtype=tl.float32)
-        for k0 in range(0, K, BK):
-            more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + BK) < K  # the next tile is loaded before this one
-            if INT4:  # is used (registers, double-buffered)
-                w_next = tl.load(wp + (k0 + BK) // 8, mask=nmask[:, None] & more, other=0)
-                sc = tl.load(S + gi + k0 // GROUP_K, mask=nmask[:, None], other=0.0).to(tl.float32)
-                ze = tl.load(Z + gi + k0 // GROUP_K, mask=nmask[:, None], other=0.0).to(tl.float32)
-                # sum (c - z) s x = s (16 sum (1 + c/16) x - (16 + z) sum x): an FMA a weight, the scale once per sum;
-                # V 0 sums each group (across threads), V 1 each word (in its thread; scales gathered per word)
-                if V == 0:
-                    xv = _x_tile(X, NW, k0 + tl.arange(0, BK), K, rstd, PRO)
-                    f = tl.reshape(tl.reshape(_unpack_int4(w), [BN, BK]) * xv[None, :], [BN, BK // GROUP_K, GROUP_K])
-                    xs = tl.sum(tl.reshape(xv, [BK // GROUP_K, GROUP_K]), 1)
-                    acc += sc * (16.0 * tl.sum(f, 2) - (16.0 + ze) * xs[None, :])
+        if STAGES:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
+            acc = tl.zeros([BN, BK // 32 if INT4 else BK], dtype=tl.float32)
+            for k0 in tl.range(0, K, BK, num_stages=STAGES):
+                if INT4:
+                    w, sc, ze = _int4_load(wp, S, Z, gi, k0, K, nmask)
+                    acc = _int4_tile(acc, w, sc, ze, X, NW, k0 + xcol, PRO)
                 else:
-                    xv = _x_tile(X, NW, k0 + rk4, K, rstd, PRO)  # (BK/8, 2, 2, 2)
-                    acc += sc * (16.0 * _sum3(_unpack_int4(w) * xv[None]) - (16.0 + ze) * _sum3(xv)[None, :])
-            else:
+                    w = tl.load(wp + k0, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+                    acc += w.to(tl.float32) * _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)[None, :]
+        elif INT4:  # two register buffers in turn: each tile's loads are in flight while the other one is used
+            acc = tl.zeros([BN, BK // 32], dtype=tl.float32)
+            for k0 in range(0, K - BK, 2 * BK):
+                w2, s2, z2 = _int4_load(wp, S, Z, gi, k0 + BK, K, nmask)
+                acc = _int4_tile(acc, w, sc, ze, X, NW, k0 + xcol, PRO)
+                w, sc, ze = _int4_load(wp, S, Z, gi, k0 + 2 * BK, K, nmask)
+                acc = _int4_tile(acc, w2, s2, z2, X, NW, k0 + BK + xcol, PRO)
+            if (K // BK) % 2 == 1:
+                acc = _int4_tile(acc, w, sc, ze, X, NW, K - BK + xcol, PRO)
+        else:
+            acc = tl.zeros([BN, BK], dtype=tl.float32)
+            for k0 in range(0, K, BK):  # the next tile is loaded before this one is used (registers)
+                more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + BK) < K
                 w_next = tl.load(wp + k0 + BK, mask=nmask[:, None] & more, other=0.0, eviction_policy="evict_first")
-                xv = _x_tile(X, NW, k0 + tl.arange(0, BK), K, rstd, PRO)
-                acc += w.to(tl.float32) * xv[None, :]
-            w = w_next
+                acc += w.to(tl.float32) * _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)[None, :]
+                w = w_next
         if PDL == 2:
             tl.extra.cuda.gdc_launch_dependents()
-        y = tl.sum(acc, 1)
+        y = tl.sum(acc, 1) * rstd  # the norm's 1/rms, applied once (the sums are linear in x)
         if HAS_BIAS:
             y += tl.load(B + rn, mask=nmask, other=0.0).to(tl.float32)
-        if HAS_RES:
-            y += tl.load(R + rn, mask=nmask, other=0.0).to(tl.float32)
-        tl.store(Y + rn, y, mask=nmask)
+        if GLU:
+            y2 = tl.reshape(y, [2, BH])
+            half = tl.arange(0, 2)[:, None]
+            g = tl.sum(tl.where(half == 0, y2, 0.0), 0)
+            u = tl.sum(tl.where(half == 1, y2, 0.0), 0)
+            ro = pid * BH + tl.arange(0, BH)
+            tl.store(Y + ro, g / (1.0 + tl.exp(-g)) * u, mask=ro < N // 2)
+        else:
+            if HAS_RES:
+                y += tl.load(R + rn, mask=nmask, other=0.0).to(tl.float32)
+            tl.store(Y + rn, y, mask=nmask)
 
     def _prune(configs, named_args, **kwargs):
         """Tiles must divide K (the loop has no K mask); int4 tiles hold whole groups. Else one fitting tile."""
@@ -235,15 +298,19 @@ if triton is not None:
         keep = [c for c in configs if k % c.kwargs["BK"] == 0 and (not int4 or c.kwargs["BK"] % GROUP == 0)]
         return keep or [triton.Config({"BN": 8, "BK": _pick_bk(k, int4)}, num_warps=4)]
 
-    # every config is compiled and timed per (N, K, prologue) once, before the CUDA graph is captured
-    _BF16 = [triton.Config({"BN": bn, "BK": bk}, num_warps=w)
-             for bn, bk, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 512, 4), (8, 512, 8), (16, 256, 8),
-                               (16, 512, 8), (8, 256, 4), (4, 256, 4), (4, 256, 2))]
-    _INT4 = [triton.Config({"BN": bn, "BK": bk, "V": v}, num_warps=w)
-             for bn, bk, w in ((8, 256, 4), (16, 256, 8), (8, 512, 4), (16, 512, 8), (32, 256, 8), (32, 128, 4))
-             for v in (0, 1)]
-    _gemv_bf16 = triton.autotune(_BF16, key=["N", "K", "PRO"], prune_configs_by={"early_config_prune": _prune})(_gemv)
-    _gemv_int4 = triton.autotune(_INT4, key=["N", "K", "PRO"], prune_configs_by={"early_config_prune": _prune})(_gemv)
+    # every config is compiled and timed per (N, K, prologue, epilogue) once, before the CUDA graph is captured;
+    # int4 tiles give each thread several rows of the same columns (the activations read once for all of them)
+    # STAGES > 0: Triton's cp.async pipeline instead of the two register buffers (won for int4 down and lm_head)
+    _BF16 = [triton.Config({"BN": bn, "BK": bk, "STAGES": st}, num_warps=w)
+             for bn, bk, w, st in ((2, 1024, 4, 0), (4, 512, 4, 0), (4, 1024, 8, 0), (8, 512, 4, 0), (8, 512, 8, 0),
+                                   (16, 256, 8, 0), (16, 512, 8, 0), (8, 256, 4, 0), (4, 256, 4, 0), (4, 256, 2, 0),
+                                   (8, 512, 4, 3))]
+    _INT4 = [triton.Config({"BN": bn, "BK": bk, "STAGES": st}, num_warps=w)
+             for bn, bk, w, st in ((16, 512, 2, 0), (8, 512, 2, 0), (16, 256, 2, 0), (32, 512, 4, 0), (32, 256, 2, 0),
+                                   (16, 512, 4, 0), (8, 512, 2, 3), (16, 512, 2, 3))]
+    _KEY = ["N", "K", "PRO", "GLU"]
+    _gemv_bf16 = triton.autotune(_BF16, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_gemv)
+    _gemv_int4 = triton.autotune(_INT4, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_gemv)
 
     @triton.jit
     def _rope(QKV, COS, SIN, pos, rows, d, mask, D: tl.constexpr):
@@ -350,22 +417,30 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             out=None, variant=0):
-    """The Triton twin of ref_gemv; writes into `out` (fp32, N) when given (a static buffer under a CUDA graph)."""
+             glu=False, out=None, stages=0):
+    """The Triton twin of ref_gemv; writes into `out` (fp32) when given (a static buffer under a CUDA graph).
+    Under the interpreter `stages` picks the loop (0: register buffers; > 0: the pipelined one); a GPU autotunes it."""
     int4 = scales is not None
     n = w.shape[0]
     k = w.shape[1] * 8 if int4 else w.shape[1]
-    y = out if out is not None else torch.empty(n, device=w.device, dtype=torch.float32)
+    if glu and (n % 2 or residual is not None):
+        raise ValueError("glu takes an even number of rows (gate then up) and no residual")
+    y = out if out is not None else torch.empty(n // 2 if glu else n, device=w.device, dtype=torch.float32)
     dummy = y
     args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
-            bias if bias is not None else dummy, residual if residual is not None else dummy, y, n, k, eps)
-    flags = dict(PRO=pro, HAS_BIAS=bias is not None, HAS_RES=residual is not None, INT4=int4, GROUP_K=GROUP)
+            bias if bias is not None else dummy, residual if residual is not None else dummy, y, n, k, k // 8, eps)
+    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, HAS_RES=residual is not None, INT4=int4,
+                 GROUP_K=GROUP)
+    rows = n // 2 if glu else n
     if INTERPRET or not w.is_cuda:  # fixed tiles under the interpreter (small shapes, the tests)
-        _gemv[(triton.cdiv(n, 16),)](*args, **flags, BN=16, BK=_pick_bk(k, int4), PDL=0, V=variant)
+        bn = 16
+        _gemv[(triton.cdiv(rows, bn // 2 if glu else bn),)](*args, **flags, BN=bn, BK=_pick_bk(k, int4), PDL=0,
+                                                            STAGES=stages)
     else:
         pdl = _pdl_default()
         kern = _gemv_int4 if int4 else _gemv_bf16
-        kern[lambda meta: (triton.cdiv(n, meta["BN"]),)](*args, **flags, PDL=pdl, **_launch(pdl))
+        kern[lambda meta: (triton.cdiv(rows, meta["BN"] // 2 if glu else meta["BN"]),)](*args, **flags, PDL=pdl,
+                                                                                        **_launch(pdl))
     return y
 
 
@@ -375,23 +450,27 @@ def _launch(pdl: int) -> dict:
 
 def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
     """Cache positions per attention program: a power of two in [64, 512], small enough that the (kv head, chunk)
-    programs fill the GPU about twice over at the full length, large enough that the partials (one fp32 row per
+    programs fill the GPU about 1.5 times over at the full length, large enough that the partials (one fp32 row per
     query head per chunk) stay a small fraction of the KV bytes."""
     c = ATTN_CHUNK
-    while c < 512 and length * kv_heads >= 4 * c * sms:  # (length / 2c) * kv_heads programs >= 2 * sms
+    while c < 512 and length * kv_heads >= 3 * c * sms:  # (length / 2c) * kv_heads programs >= 1.5 * sms
         c *= 2
     return c
 
 
 class AttnScratch:
-    """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep."""
+    """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep. The chunk
+    (positions per program), tile (positions per inner step) and warps default to attn_chunk_len's and ATTN_BL."""
 
-    def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device):
+    def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int | None = None,
+                 tile: int | None = None, warps: int | None = None):
         device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        self.chunk = ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms)
+        self.chunk = chunk or (ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms))
+        self.tile = min(tile or ATTN_BL, self.chunk)
+        self.warps = warps or (8 if self.chunk >= 256 else 4)  # measured on the H200 (bench --attn-sweep)
         self.nchunk = -(-length // self.chunk)
         shape = (kv_heads, self.nchunk, self.gp)
         self.m = torch.empty(shape, device=device, dtype=torch.float32)
@@ -407,9 +486,8 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     pdl = _pdl_default()
     _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
                                             scale, k_cache.stride(0), scratch.nchunk, H=heads, KVH=kv_heads,
-                                            G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
-                                            BL=min(ATTN_BL, scratch.chunk), DOT_F32=INTERPRET, PDL=pdl,
-                                            **_launch(pdl))
+                                            G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk, BL=scratch.tile,
+                                            DOT_F32=INTERPRET, PDL=pdl, num_warps=scratch.warps, **_launch(pdl))
     _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, G=scratch.g,
                           GP=scratch.gp, D=d, CHUNK=scratch.chunk, CB=min(64, triton.next_power_of_2(scratch.nchunk)),
                           PDL=pdl, **_launch(pdl))

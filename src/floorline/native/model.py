@@ -1,8 +1,8 @@
 """floorline's own decode model for the Llama / Qwen2 / Mistral families, in the spirit of gpt-fast.
 
 The weights are taken from the HF model floorline built or loaded (random or a local directory) and re-laid-out
-once: q, k, v fused into one matrix (Qwen2's biases fused alike), gate and up fused, the norms, lm_head and the
-embedding shared with the HF model (no copy). A static KV cache (layers, kv_heads, length, head_dim) sized to the run.
+once: q, k, v fused into one matrix (Qwen2's biases fused alike), gate and up fused (the GEMV's epilogue
+multiplies silu(gate) by up), the norms, lm_head and the embedding shared with the HF model (no copy). A static KV cache (layers, kv_heads, length, head_dim) sized to the run.
 RoPE tables come from the HF model's own rotary embedding (so llama3 scaling is HF's), as cos / sin per position.
 
 A decode step reads the token and the position from device tensors and writes the next token and position back in
@@ -63,7 +63,7 @@ class NativeModel:
         inter = self.layers[0]["gate_up"]["rows"] // 2
         self.x = [torch.zeros(self.hidden, **f32), torch.zeros(self.hidden, **f32)]  # the residual, ping-pong
         self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
-        self.gu = torch.zeros(2 * inter, **f32)
+        self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
 
@@ -95,8 +95,8 @@ class NativeModel:
             a = self._attention(i)
             self._gemv(lay["o"], a, self.x[1 - cur], residual=self.x[cur])
             cur = 1 - cur
-            self._gemv(lay["gate_up"], self.x[cur], self.gu, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"])
-            self._gemv(lay["down"], self.gu, self.x[1 - cur], pro=K.PRO_SILU_MUL, residual=self.x[cur])
+            self._gemv(lay["gate_up"], self.x[cur], self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
+            self._gemv(lay["down"], self.act, self.x[1 - cur], residual=self.x[cur])
             cur = 1 - cur
         self._gemv({"w": self.lm_head}, self.x[cur], self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
         self.tok.copy_(self.logits.argmax().view(1))

@@ -1,7 +1,8 @@
 """`int4`: floorline's own W4A16 format and GEMV kernel (native/kernels.py), the int4 path of mode `native`.
 
 Packed format, per (out, in) matrix, groups of 128 along the input:
-  words  int32 (out, in/8): code j of word i in row n is weight (n, 8i + j), in bits 4j..4j+3 (the first lowest)
+  words  int32 (out, in/8): in each group of 128 inputs, code j (bits 4j..4j+3) of the group's word i (0..15) is
+         input 16j + i of the group, so the kernel reads each code's inputs as one contiguous vector
   scales bf16 (out, in/128), zeros bf16 (out, in/128): w = (code - zero) * scale; zeros hold the integer zero point
 Row-major along the input, so fusing matrices (q/k/v, gate/up) is a row concatenation. The quantiser is floorline's
 round-to-nearest (asymmetric, per group; no calibration data). Batch-1 inputs run the Triton GEMV on a GPU and its
@@ -15,7 +16,7 @@ import importlib.util
 import torch
 
 from floorline import floor
-from floorline.quant.base import Backend, Packed, dequant, pack_int4_int32, rtn
+from floorline.quant.base import Backend, Packed, dequant, rtn
 
 GROUP = 128
 
@@ -75,7 +76,9 @@ class Int4Native(Backend):
         codes, scales, zeros = rtn(w, GROUP)
         s = scales.to(torch.bfloat16)
         z = zeros.to(torch.bfloat16)  # integers 0..15: exact in bf16
-        words = pack_int4_int32(codes, 1)
+        from floorline.native.kernels import pack_int4  # here, not at import: it loads Triton
+
+        words = pack_int4(codes)
         bias = None if linear.bias is None else linear.bias.data
         m = Int4Linear(words, s, z, bias, linear.in_features, linear.out_features)
         return Packed(m, dequant(codes, s, z), [words, s, z])
