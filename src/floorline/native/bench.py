@@ -80,7 +80,7 @@ def main(argv=None) -> int:
             rows.append(row)
             del ops
     for ctx in (2048, 16384):
-        tiles = [(None, None, 4)]  # the defaults, then (with --attn-sweep) chunk x tile x warps
+        tiles = [(None, None, None)]  # the defaults, then (with --attn-sweep) chunk x tile x warps
         if args.attn_sweep:
             tiles += [(c, t, w) for c in (32, 64, 128, 256) for t in (32, 64, 128) for w in (4, 8) if t <= c]
         for chunk, tile, warps in tiles:
