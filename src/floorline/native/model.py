@@ -2,7 +2,8 @@
 
 The weights are taken from the HF model floorline built or loaded (random or a local directory) and re-laid-out
 once: q, k, v fused into one matrix (Qwen2's biases fused alike), gate and up fused (the GEMV's epilogue
-multiplies silu(gate) by up), the norms, lm_head and the embedding shared with the HF model (no copy). A static KV cache (layers, kv_heads, length, head_dim) sized to the run.
+multiplies silu(gate) by up), the norms, lm_head and the embedding shared with the HF model (no copy). A static KV
+cache (layers, kv_heads, length, head_dim) sized to the run.
 RoPE tables come from the HF model's own rotary embedding (so llama3 scaling is HF's), as cos / sin per position.
 
 A decode step reads the token and the position from device tensors and writes the next token and position back in
