@@ -159,18 +159,6 @@ if triton is not None:
         return ((t & 0xF000) | 0x45000000).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _split8(x):
-        """(..., 2, 2, 2) -> the eight (...) slices, element 4p + 2q + r of the last three axes in order."""
-        r0, r1 = tl.split(x)
-        q0r0, q1r0 = tl.split(r0)
-        q0r1, q1r1 = tl.split(r1)
-        x0, x4 = tl.split(q0r0)
-        x2, x6 = tl.split(q1r0)
-        x1, x5 = tl.split(q0r1)
-        x3, x7 = tl.split(q1r1)
-        return x0, x1, x2, x3, x4, x5, x6, x7
-
-    @triton.jit
     def _int4_load(wp, S, Z, gi, k0, K, nmask):
         """One int4 tile's words (BN, NCH, 4) and its chunks' scales and zeros (BN, NCH), fp32; nothing is read
         for a tile at or past K (the register buffers' last prefetch)."""
