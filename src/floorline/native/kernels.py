@@ -73,15 +73,6 @@ def dequant_int4(words, scales, zeros):
     return (codes - zeros.float().repeat_interleave(g, 1)) * scales.float().repeat_interleave(g, 1)
 
 
-def pack_int4(codes: torch.Tensor) -> torch.Tensor:
-    """(N, K) codes 0..15 -> floorline's int32 words (N, K/8): the inverse of dequant_int4's code order."""
-    n, k = codes.shape
-    order = codes.reshape(n, k // GROUP, 8, WORDS_PER_GROUP).transpose(2, 3).reshape(n, k)  # [word i, code j]
-    shifts = 4 * torch.arange(8, device=codes.device, dtype=torch.int64)
-    words = (order.to(torch.int64).reshape(n, k // 8, 8) << shifts).sum(-1)  # < 2**32: fits int64
-    return torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)  # the same bits, signed
-
-
 def rope_tables(inv_freq: torch.Tensor, length: int, scaling: float, device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (length, head_dim) fp32, HF's layout: the frequencies twice, times the attention scaling."""
     t = torch.arange(length, device=device, dtype=torch.float32)
@@ -159,14 +150,14 @@ if triton is not None:
         return ((t & 0xF000) | 0x45000000).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _int4_load(wp, S, Z, gi, k0, K, nmask):
+    def _int4_load(wp, S, Z, gi, k0, K, nmask, GROUP_K: tl.constexpr):
         """One int4 tile's words (BN, NCH, 4) and its chunks' scales and zeros (BN, NCH), fp32; nothing is read
         for a tile at or past K (the register buffers' last prefetch)."""
         live = (tl.zeros([1, 1], dtype=tl.int32) + k0) < K
         m = nmask[:, None] & live
         w = tl.load(wp + k0 // 8, mask=m[:, :, None], other=0)
-        sc = tl.load(S + gi + k0 // 128, mask=m, other=0.0).to(tl.float32)
-        ze = tl.load(Z + gi + k0 // 128, mask=m, other=0.0).to(tl.float32)
+        sc = tl.load(S + gi + k0 // GROUP_K, mask=m, other=0.0).to(tl.float32)
+        ze = tl.load(Z + gi + k0 // GROUP_K, mask=m, other=0.0).to(tl.float32)
         return w, sc, ze
 
     @triton.jit
@@ -224,7 +215,7 @@ if triton is not None:
             wcol = rc[:, None] * 4 + tl.arange(0, 4)[None, :]
             wp = W + rn[:, None, None] * KW + wcol[None]
             gi = rn[:, None] * (K // GROUP_K) + (rc * 32 // GROUP_K)[None, :]  # each chunk's group (BN, NCH)
-            w, sc, ze = _int4_load(wp, S, Z, gi, 0, K, nmask)
+            w, sc, ze = _int4_load(wp, S, Z, gi, 0, K, nmask, GROUP_K)
             xcol = wcol // 16 * 128 + wcol % 16  # (NCH, 4): each word's code 0
         else:
             wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
@@ -242,7 +233,7 @@ if triton is not None:
             acc = tl.zeros([BN, BK // 32 if INT4 else BK], dtype=tl.float32)
             for k0 in tl.range(0, K, BK, num_stages=STAGES):
                 if INT4:
-                    w, sc, ze = _int4_load(wp, S, Z, gi, k0, K, nmask)
+                    w, sc, ze = _int4_load(wp, S, Z, gi, k0, K, nmask, GROUP_K)
                     acc = _int4_tile(acc, w, sc, ze, X, NW, k0 + xcol, PRO)
                 else:
                     w = tl.load(wp + k0, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
@@ -250,9 +241,9 @@ if triton is not None:
         elif INT4:  # two register buffers in turn: each tile's loads are in flight while the other one is used
             acc = tl.zeros([BN, BK // 32], dtype=tl.float32)
             for k0 in range(0, K - BK, 2 * BK):
-                w2, s2, z2 = _int4_load(wp, S, Z, gi, k0 + BK, K, nmask)
+                w2, s2, z2 = _int4_load(wp, S, Z, gi, k0 + BK, K, nmask, GROUP_K)
                 acc = _int4_tile(acc, w, sc, ze, X, NW, k0 + xcol, PRO)
-                w, sc, ze = _int4_load(wp, S, Z, gi, k0 + 2 * BK, K, nmask)
+                w, sc, ze = _int4_load(wp, S, Z, gi, k0 + 2 * BK, K, nmask, GROUP_K)
                 acc = _int4_tile(acc, w2, s2, z2, X, NW, k0 + BK + xcol, PRO)
             if (K // BK) % 2 == 1:
                 acc = _int4_tile(acc, w, sc, ze, X, NW, K - BK + xcol, PRO)

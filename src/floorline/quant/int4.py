@@ -16,9 +16,17 @@ import importlib.util
 import torch
 
 from floorline import floor
-from floorline.quant.base import Backend, Packed, dequant, rtn
+from floorline.quant.base import Backend, Packed, dequant, pack_int4_int32, rtn
 
 GROUP = 128
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """(out, in) codes 0..15 -> the words above: each group's 128 codes reordered so that word i takes inputs
+    i, i + 16, ..., i + 112, then eight to a word, the first lowest (the inverse of kernels.dequant_int4)."""
+    n, k = codes.shape
+    order = codes.reshape(n, k // GROUP, 8, GROUP // 8).transpose(2, 3).reshape(n, k)
+    return pack_int4_int32(order, 1)
 
 
 class Int4Linear(torch.nn.Module):
@@ -76,8 +84,6 @@ class Int4Native(Backend):
         codes, scales, zeros = rtn(w, GROUP)
         s = scales.to(torch.bfloat16)
         z = zeros.to(torch.bfloat16)  # integers 0..15: exact in bf16
-        from floorline.native.kernels import pack_int4  # here, not at import: it loads Triton
-
         words = pack_int4(codes)
         bias = None if linear.bias is None else linear.bias.data
         m = Int4Linear(words, s, z, bias, linear.in_features, linear.out_features)
