@@ -39,7 +39,7 @@ def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages):
     kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None, glu=glu,
               bias=_rand(n) if bias else None, residual=_rand(n // 2 if glu else n) if res and not glu else None)
     want = K.ref_gemv(w, x, **kw)
-    got = K.tri_gemv(w, x, **kw, stages=stages)
+    got = K.tri_gemv(w, x, **kw, config={"STAGES": stages})
     assert got.dtype == torch.float32 and got.shape == (n // 2 if glu else n,)
     assert _rel(got, want) < 1e-5
 
@@ -50,6 +50,29 @@ def test_gemv_reference_is_the_plain_product():
     g = _rand(64) + 1
     normed = x / torch.sqrt((x * x).mean() + 1e-6) * g
     assert torch.allclose(K.ref_gemv(w, x, pro=K.PRO_RMSNORM, norm_w=g), w @ normed, atol=1e-5)
+
+
+@interpreted
+@pytest.mark.parametrize("fmt", ["bf16", "int4"])
+@pytest.mark.parametrize("split, stages", [(1, 0), (2, 0), (3, 0), (3, 3)])
+def test_gemv_adds_into_its_output_in_place_and_split_k_sums_every_tile_once(fmt, split, stages):
+    """residual=out: out += W x (the residual stream); split-K over 8 tiles in 2 or 3 uneven ranges, atomically."""
+    n, k = 40, 1024
+    lin = torch.nn.Linear(k, n, bias=True)
+    torch.nn.init.normal_(lin.weight, 0, 0.02)
+    if fmt == "int4":
+        m = quant.get("int4").pack(lin).module
+        w, kw = m.words, dict(scales=m.scales, zeros=m.zeros, bias=m.bias)
+    else:
+        w, kw = lin.weight.data.to(torch.bfloat16), dict(bias=lin.bias.data)
+    x, res = _rand(k), _rand(n)
+    want = K.ref_gemv(w, x, residual=res, **kw)
+    out = res.clone()
+    got = K.tri_gemv(w, x, residual=out, out=out, config={"BK": 128, "SPLIT": split, "STAGES": stages}, **kw)
+    assert got is out
+    assert _rel(out, want) < (3e-4 if fmt == "int4" else 1e-5)
+    with pytest.raises(ValueError, match="split-K"):  # partial sums need an output that already holds the start
+        K.tri_gemv(w, x, residual=res, config={"SPLIT": 2}, **kw)
 
 
 @interpreted
@@ -68,7 +91,7 @@ def test_gemv_int4_matches_its_reference(pro, glu, k, stages):
               zeros=m.zeros, residual=None if glu else _rand(n), glu=glu)
     want = K.ref_gemv(m.words, x, **kw)
     # the kernel sums (2048 + c) x in fp32 and takes 2048 sum x off after: ~2^-13 of the sums (bf16 rounds at 2^-9)
-    assert _rel(K.tri_gemv(m.words, x, **kw, stages=stages), want) < 3e-4
+    assert _rel(K.tri_gemv(m.words, x, **kw, config={"STAGES": stages}), want) < 3e-4
     # and the reference applies exactly the dequantised weights the check uses
     assert torch.equal(K.dequant_int4(m.words, m.scales, m.zeros), p.reference)
 

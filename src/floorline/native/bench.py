@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="qwen2.5-7b")
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("--attn-sweep", action="store_true", help="also time attention over chunk x tile x warps")
+    p.add_argument("--gemv-sweep", action="store_true",
+                   help="time every int4 GEMV tile of GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)
@@ -49,12 +51,14 @@ def main(argv=None) -> int:
               "gate_up (norm, silu*up)": (2 * a.intermediate, a.hidden, K.PRO_RMSNORM),
               "down (+res)": (a.hidden, a.intermediate, K.PRO_NONE),
               "lm_head (norm)": (a.vocab, a.hidden, K.PRO_RMSNORM)}
+    if args.gemv_sweep:
+        return _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, args.json)
     rows = []
     for name, (n, k, pro) in shapes.items():
         x = torch.randn(k, device=dev)
+        out = torch.randn(n // 2 if "silu" in name else n, device=dev)  # "+res": added in place, as the model does
         kw = dict(pro=pro, norm_w=torch.rand(k, device=dev) + 0.5 if pro == K.PRO_RMSNORM else None, glu="silu" in name,
-                  residual=torch.randn(n, device=dev) if "res" in name else None,
-                  bias=torch.randn(n, device=dev) if "bias" in name else None)
+                  residual=out if "res" in name else None, bias=torch.randn(n, device=dev) if "bias" in name else None)
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
         formats = [("bf16", w, {})]
         if name != "lm_head (norm)":
@@ -64,14 +68,14 @@ def main(argv=None) -> int:
             formats.append(("int4", q.words, {"scales": q.scales, "zeros": q.zeros}))
         xb = x.to(torch.bfloat16)[None]  # cuBLAS baseline: the plain product on a k-wide input
         for fmt, wt, extra in formats:
-            out = torch.empty(n // 2 if kw["glu"] else n, device=dev)
             nbytes = sum(t.numel() * t.element_size() for t in [wt, *extra.values()])
             ops = [(wt, extra)] + [(wt.clone(), {k_: v.clone() for k_, v in extra.items()})
                                    for _ in range(_copies(nbytes) - 1)]
             us = chain_us([lambda o=o: K.tri_gemv(o[0], x, out=out, **kw, **o[1]) for o in ops])
             kern = K._gemv_int4 if extra else K._gemv_bf16
             cfg = kern.best_config
-            tile = f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
+            tile = (f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
+                    f" k{cfg.kwargs.get('SPLIT', 1)}")
             row = {"kernel": f"gemv {name}", "format": fmt, "shape": f"{n}x{k}", "us": us, "bytes": nbytes,
                    "gbps": nbytes / us / 1e3, "cublas_gbps": None, "config": tile}
             if fmt == "bf16":
@@ -95,6 +99,59 @@ def main(argv=None) -> int:
               f"{r['bytes'] / 1e6:.1f} | {r['gbps']:.0f} | {r['gbps'] / copy_gbps:.0%} | {cb} |")
     if args.json:
         with open(args.json, "w") as f:
+            json.dump({"copy_gbps": copy_gbps, "model": a.name, "rows": rows}, f)
+    return 0
+
+
+# int4 tiles for --gemv-sweep: (BN, BK, warps, STAGES, SPLIT); split-K only where the output is added in place
+GEMV_SWEEP = [(4, 512, 1, 0, 1), (8, 256, 1, 0, 1), (8, 512, 2, 0, 1), (16, 512, 2, 0, 1), (16, 256, 4, 0, 1),
+              (32, 512, 4, 0, 1), (16, 512, 2, 3, 1), (16, 512, 2, 6, 1), (16, 512, 4, 6, 1), (8, 512, 2, 6, 1),
+              (4, 512, 1, 0, 2), (4, 512, 1, 0, 4), (4, 256, 1, 0, 4), (8, 512, 2, 0, 4), (4, 512, 1, 0, 8),
+              (8, 512, 2, 0, 8), (4, 512, 1, 6, 4)]
+
+
+def _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, json_path) -> int:
+    """us and GB/s of every GEMV_SWEEP tile on each int4 shape (fixed tiles, no autotuning), fastest first."""
+    shapes = {**{k: v for k, v in shapes.items() if k != "lm_head (norm)"},
+              "hf q (bias)": (a.heads * a.head_dim, a.hidden, K.PRO_NONE),
+              "hf k (bias)": (a.kv_heads * a.head_dim, a.hidden, K.PRO_NONE),
+              "hf gate": (a.intermediate, a.hidden, K.PRO_NONE)}
+    rows = []
+    for name, (n, k, pro) in shapes.items():
+        x = torch.randn(k, device=dev)
+        out = torch.empty(n // 2 if "silu" in name else n, device=dev)
+        res0 = torch.randn_like(out)
+        kw = dict(pro=pro, norm_w=torch.rand(k, device=dev) + 0.5 if pro == K.PRO_RMSNORM else None, glu="silu" in name,
+                  residual=out if "res" in name else None,
+                  bias=torch.randn(n, device=dev) if "bias" in name else None)
+        lin = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
+        torch.nn.init.normal_(lin.weight, 0, 0.02)
+        q = Int4Native().pack(lin).module
+        ts = (q.words, q.scales, q.zeros)
+        nbytes = sum(t.numel() * t.element_size() for t in ts)
+        ops = [ts] + [tuple(t.clone() for t in ts) for _ in range(_copies(nbytes) - 1)]
+        want = K.ref_gemv(q.words, x, scales=q.scales, zeros=q.zeros, **{**kw, "residual": res0 if "res" in name else None})
+        for bn, bk, w, st, sp in GEMV_SWEEP:
+            if k % bk or (sp > 1 and (pro or "res" not in name or k // bk < 2 * sp)):
+                continue
+            cfg = {"BN": bn, "BK": bk, "num_warps": w, "STAGES": st, "SPLIT": sp}
+            out.copy_(res0)
+            K.tri_gemv(q.words, x, scales=q.scales, zeros=q.zeros, out=out, config=cfg, **kw)
+            err = ((out - want).norm() / want.norm()).item()  # every timed tile is also checked
+            us = chain_us([lambda o=o: K.tri_gemv(o[0], x, scales=o[1], zeros=o[2], out=out, config=cfg, **kw)
+                           for o in ops])
+            rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}", "config": f"BN{bn} BK{bk} w{w} s{st} k{sp}",
+                         "us": us, "bytes": nbytes, "gbps": nbytes / us / 1e3, "rel_err": err})
+            print(f"  {name} {rows[-1]['config']}: {us:.1f} us", flush=True)
+        del ops
+    print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_gbps:.0f} GB/s measured; {a.name} int4 shapes")
+    print("| kernel | shape | config | us | GB/s | % of copy bw | rel err |")
+    print("|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["kernel"], r["us"])):
+        print(f"| {r['kernel']} | {r['shape']} | {r['config']} | {r['us']:.1f} | {r['gbps']:.0f} | "
+              f"{r['gbps'] / copy_gbps:.0%} | {r['rel_err']:.1e} |")
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump({"copy_gbps": copy_gbps, "model": a.name, "rows": rows}, f)
     return 0
 

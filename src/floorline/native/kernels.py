@@ -18,7 +18,9 @@ on a GPU the GEMV autotunes its tile per (N, K, prologue) once, before the CUDA 
 
 from __future__ import annotations
 
+import inspect
 import os
+import statistics
 
 import torch
 
@@ -135,11 +137,13 @@ if triton is not None:
 
     @triton.jit
     def _x_tile(X, NW, rk, PRO: tl.constexpr):
-        """The GEMV input at columns rk: x, or x * g for RMSNorm (its 1/rms is applied to the sums)."""
-        xv = tl.load(X + rk).to(tl.float32)
+        """The GEMV input at columns rk: (x, x) or, for RMSNorm, (x * g, x) (its 1/rms is applied to the sums, from
+        the sum of squares of the raw x that the main loop accumulates: no separate pass over x)."""
+        xr = tl.load(X + rk).to(tl.float32)
+        xv = xr
         if PRO == 1:
-            xv = xv * tl.load(NW + rk).to(tl.float32)
-        return xv
+            xv = xr * tl.load(NW + rk).to(tl.float32)
+        return xv, xr
 
     @triton.jit
     def _code(t, HI: tl.constexpr):
@@ -150,10 +154,10 @@ if triton is not None:
         return ((t & 0xF000) | 0x45000000).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _int4_load(wp, S, Z, gi, k0, K, nmask, GROUP_K: tl.constexpr):
+    def _int4_load(wp, S, Z, gi, k0, ke, nmask, GROUP_K: tl.constexpr):
         """One int4 tile's words (BN, NCH, 4) and its chunks' scales and zeros (BN, NCH), fp32; nothing is read
-        for a tile at or past K (the register buffers' last prefetch)."""
-        live = (tl.zeros([1, 1], dtype=tl.int32) + k0) < K
+        for a tile at or past ke, the end of the program's K range (the register buffers' last prefetch)."""
+        live = (tl.zeros([1, 1], dtype=tl.int32) + k0) < ke
         m = nmask[:, None] & live
         w = tl.load(wp + k0 // 8, mask=m[:, :, None], other=0)
         sc = tl.load(S + gi + k0 // GROUP_K, mask=m, other=0.0).to(tl.float32)
@@ -161,20 +165,22 @@ if triton is not None:
         return w, sc, ze
 
     @triton.jit
-    def _int4_tile(acc, w, sc, ze, X, NW, xc, PRO: tl.constexpr):
-        """acc (BN, NCH) += one int4 tile: w (BN, NCH, 4) words, chunk c = words 4c .. 4c + 3 of one group;
-        xc (NCH, 4) the columns of each word's code 0 (code j: + 16 j, so each x_j is a contiguous load).
+    def _int4_tile(acc, ss, w, sc, ze, X, NW, xc, PRO: tl.constexpr):
+        """acc (BN, NCH) += one int4 tile: w (BN, NCH, 4) words, chunk c = words 4c .. 4c + 3 of
+        one group; xc (NCH, 4) the columns of each word's code 0 (code j: + 16 j, so each x_j is a contiguous load).
         sum (c - z) s x = s (sum (m + c) x - sum m x - z sum x) with m = 2048 for even codes, 128 for odd: four
         shifts put two codes each at bits 12 and 16 (_code), so a weight costs half a shift, a LOP3 and an FFMA;
-        the scale and zero once per chunk and row."""
-        x0 = _x_tile(X, NW, xc, PRO)  # every input first: the loads in flight together
-        x1 = _x_tile(X, NW, xc + 16, PRO)
-        x2 = _x_tile(X, NW, xc + 32, PRO)
-        x3 = _x_tile(X, NW, xc + 48, PRO)
-        x4 = _x_tile(X, NW, xc + 64, PRO)
-        x5 = _x_tile(X, NW, xc + 80, PRO)
-        x6 = _x_tile(X, NW, xc + 96, PRO)
-        x7 = _x_tile(X, NW, xc + 112, PRO)
+        the scale and zero once per chunk and row. ss (NCH, 4) += the raw inputs' squares (RMSNorm)."""
+        x0, r0 = _x_tile(X, NW, xc, PRO)  # every input first: the loads in flight together
+        x1, r1 = _x_tile(X, NW, xc + 16, PRO)
+        x2, r2 = _x_tile(X, NW, xc + 32, PRO)
+        x3, r3 = _x_tile(X, NW, xc + 48, PRO)
+        x4, r4 = _x_tile(X, NW, xc + 64, PRO)
+        x5, r5 = _x_tile(X, NW, xc + 80, PRO)
+        x6, r6 = _x_tile(X, NW, xc + 96, PRO)
+        x7, r7 = _x_tile(X, NW, xc + 112, PRO)
+        if PRO == 1:
+            ss += r0 * r0 + r1 * r1 + r2 * r2 + r3 * r3 + r4 * r4 + r5 * r5 + r6 * r6 + r7 * r7
         t = w << 12  # codes 0, 1 at bits 12, 16
         p = _code(t, 0) * x0[None]
         p += _code(t, 1) * x1[None]  # one FFMA each
@@ -189,16 +195,20 @@ if triton is not None:
         p += _code(t, 1) * x7[None]
         xm = 2048.0 * (x0 + x2 + x4 + x6) + 128.0 * (x1 + x3 + x5 + x7)
         xs = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7
-        return acc + sc * (tl.sum(p, 2) - tl.sum(xm, 1)[None, :] - ze * tl.sum(xs, 1)[None, :])
+        return acc + sc * (tl.sum(p, 2) - tl.sum(xm, 1)[None, :] - ze * tl.sum(xs, 1)[None, :]), ss
 
     @triton.jit
     def _gemv(W, S, Z, X, NW, B, R, Y, N, K, KW, eps,
               PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
-              INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr,
-              STAGES: tl.constexpr = 0):
+              ACC: tl.constexpr, INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1):
         if PDL == 1:  # let the next kernel's programs launch as soon as all of ours have
             tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
+        # split-K (ACC only): program (pid, s) sums tiles [s T / SPLIT, (s + 1) T / SPLIT) of the T = K / BK
+        sid = tl.program_id(1)
+        kb = sid * (K // BK) // SPLIT * BK
+        ke = (sid + 1) * (K // BK) // SPLIT * BK
         if GLU:  # rows i of the gate half and i of the up half in one program: y = silu(gate) * up, N/2 outputs
             BH: tl.constexpr = BN // 2
             i = tl.arange(0, BN)
@@ -209,56 +219,64 @@ if triton is not None:
             rn = pid * BN + tl.arange(0, BN)
             nmask = rn < N
         # the first weight tile is loaded before waiting on the previous kernel: weights never depend on it
-        if INT4:  # words (BN, NCH, 4): chunk c of the tile is words 4c .. 4c + 3, in one group; KW = K / 8
+        if INT4:  # words (BN, NCH, 4): chunk c of the tile is words 4c .. 4c + 3, in one group
+            WPG: tl.constexpr = GROUP_K // 8  # words per group; code j of a group's word i is its column WPG j + i
             NCH: tl.constexpr = BK // 32
             rc = tl.arange(0, NCH)
             wcol = rc[:, None] * 4 + tl.arange(0, 4)[None, :]
             wp = W + rn[:, None, None] * KW + wcol[None]
             gi = rn[:, None] * (K // GROUP_K) + (rc * 32 // GROUP_K)[None, :]  # each chunk's group (BN, NCH)
-            w, sc, ze = _int4_load(wp, S, Z, gi, 0, K, nmask, GROUP_K)
-            xcol = wcol // 16 * 128 + wcol % 16  # (NCH, 4): each word's code 0
+            xcol = wcol // WPG * GROUP_K + wcol % WPG  # (NCH, 4): each word's code 0
+            acc = tl.zeros([BN, NCH], dtype=tl.float32)
+            ss = tl.zeros([NCH, 4], dtype=tl.float32)
+            w, sc, ze = _int4_load(wp, S, Z, gi, kb, ke, nmask, GROUP_K)
         else:
             wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
-            w = tl.load(wp, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+            w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+            acc = tl.zeros([BN, BK], dtype=tl.float32)
+            ss = tl.zeros([BK], dtype=tl.float32)
         if PDL:
             tl.extra.cuda.gdc_wait()
-        rstd = 1.0
-        if PRO == 1:  # RMSNorm prologue: every program reads the whole (KB-sized) input for its norm
-            ss = tl.zeros([BK], dtype=tl.float32)
-            for k0 in range(0, K, BK):
-                xv = tl.load(X + k0 + tl.arange(0, BK)).to(tl.float32)
-                ss += xv * xv
-            rstd = 1.0 / tl.sqrt(tl.sum(ss, 0) / K + eps)
         if STAGES:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
-            acc = tl.zeros([BN, BK // 32 if INT4 else BK], dtype=tl.float32)
-            for k0 in tl.range(0, K, BK, num_stages=STAGES):
+            for k0 in tl.range(kb, ke, BK, num_stages=STAGES):
                 if INT4:
-                    w, sc, ze = _int4_load(wp, S, Z, gi, k0, K, nmask, GROUP_K)
-                    acc = _int4_tile(acc, w, sc, ze, X, NW, k0 + xcol, PRO)
+                    w, sc, ze = _int4_load(wp, S, Z, gi, k0, ke, nmask, GROUP_K)
+                    acc, ss = _int4_tile(acc, ss, w, sc, ze, X, NW, k0 + xcol, PRO)
                 else:
                     w = tl.load(wp + k0, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
-                    acc += w.to(tl.float32) * _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)[None, :]
+                    xv, xr = _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)
+                    acc += w.to(tl.float32) * xv[None, :]
+                    if PRO == 1:
+                        ss += xr * xr
         elif INT4:  # two register buffers in turn: each tile's loads are in flight while the other one is used
-            acc = tl.zeros([BN, BK // 32], dtype=tl.float32)
-            for k0 in range(0, K - BK, 2 * BK):
-                w2, s2, z2 = _int4_load(wp, S, Z, gi, k0 + BK, K, nmask, GROUP_K)
-                acc = _int4_tile(acc, w, sc, ze, X, NW, k0 + xcol, PRO)
-                w, sc, ze = _int4_load(wp, S, Z, gi, k0 + 2 * BK, K, nmask, GROUP_K)
-                acc = _int4_tile(acc, w2, s2, z2, X, NW, k0 + BK + xcol, PRO)
-            if (K // BK) % 2 == 1:
-                acc = _int4_tile(acc, w, sc, ze, X, NW, K - BK + xcol, PRO)
+            for k0 in range(kb, ke - BK, 2 * BK):
+                w2, s2, z2 = _int4_load(wp, S, Z, gi, k0 + BK, ke, nmask, GROUP_K)
+                acc, ss = _int4_tile(acc, ss, w, sc, ze, X, NW, k0 + xcol, PRO)
+                w, sc, ze = _int4_load(wp, S, Z, gi, k0 + 2 * BK, ke, nmask, GROUP_K)
+                acc, ss = _int4_tile(acc, ss, w2, s2, z2, X, NW, k0 + BK + xcol, PRO)
+            if ((ke - kb) // BK) % 2 == 1:
+                acc, ss = _int4_tile(acc, ss, w, sc, ze, X, NW, ke - BK + xcol, PRO)
         else:
-            acc = tl.zeros([BN, BK], dtype=tl.float32)
-            for k0 in range(0, K, BK):  # the next tile is loaded before this one is used (registers)
-                more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + BK) < K
+            for k0 in range(kb, ke, BK):  # the next tile is loaded before this one is used (registers)
+                more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + BK) < ke
                 w_next = tl.load(wp + k0 + BK, mask=nmask[:, None] & more, other=0.0, eviction_policy="evict_first")
-                acc += w.to(tl.float32) * _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)[None, :]
+                xv, xr = _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)
+                acc += w.to(tl.float32) * xv[None, :]
+                if PRO == 1:
+                    ss += xr * xr
                 w = w_next
         if PDL == 2:
             tl.extra.cuda.gdc_launch_dependents()
-        y = tl.sum(acc, 1) * rstd  # the norm's 1/rms, applied once (the sums are linear in x)
+        y = tl.sum(acc, 1)
+        if PRO == 1:  # the norm's 1/rms, applied once (the sums are linear in x); every program saw all of x
+            if INT4:
+                sq = tl.sum(tl.sum(ss, 1), 0)
+            else:
+                sq = tl.sum(ss, 0)
+            y = y / tl.sqrt(sq / K + eps)
         if HAS_BIAS:
-            y += tl.load(B + rn, mask=nmask, other=0.0).to(tl.float32)
+            if sid == 0:  # one split adds the bias
+                y += tl.load(B + rn, mask=nmask, other=0.0).to(tl.float32)
         if GLU:
             y2 = tl.reshape(y, [2, BH])
             half = tl.arange(0, 2)[:, None]
@@ -266,30 +284,42 @@ if triton is not None:
             u = tl.sum(tl.where(half == 1, y2, 0.0), 0)
             ro = pid * BH + tl.arange(0, BH)
             tl.store(Y + ro, g / (1.0 + tl.exp(-g)) * u, mask=ro < N // 2)
+        elif SPLIT > 1:  # ACC: every split adds its partial sums into Y (which holds the residual)
+            tl.atomic_add(Y + rn, y, mask=nmask, sem="relaxed")
         else:
             if HAS_RES:
                 y += tl.load(R + rn, mask=nmask, other=0.0).to(tl.float32)
+            if ACC:  # y += W x in place (the residual stream): each program reads then writes its own rows
+                y += tl.load(Y + rn, mask=nmask, other=0.0)
             tl.store(Y + rn, y, mask=nmask)
 
     def _prune(configs, named_args, **kwargs):
-        """Tiles must divide K (the loop has no K mask); int4 tiles hold whole groups. Else one fitting tile."""
-        k, int4 = named_args["K"], kwargs.get("INT4", False)
-        keep = [c for c in configs if k % c.kwargs["BK"] == 0 and (not int4 or c.kwargs["BK"] % GROUP == 0)]
+        """Tiles must divide K (the loop has no K mask) and int4 tiles hold whole groups; split-K only for a plain
+        GEMV that adds into its output (ACC), at least two tiles a split. Else one fitting tile."""
+        k, int4, acc = named_args["K"], kwargs.get("INT4", False), kwargs.get("ACC", False)
+        plain = acc and not kwargs.get("PRO") and not kwargs.get("GLU")
+        keep = [c for c in configs if k % c.kwargs["BK"] == 0 and (not int4 or c.kwargs["BK"] % GROUP == 0)
+                and (c.kwargs.get("SPLIT", 1) == 1 or plain and k // c.kwargs["BK"] >= 2 * c.kwargs["SPLIT"])]
         return keep or [triton.Config({"BN": 8, "BK": _pick_bk(k, int4)}, num_warps=4)]
 
-    # every config is compiled and timed per (N, K, prologue, epilogue) once, before the CUDA graph is captured;
-    # int4 tiles give each thread several rows of the same columns (the activations read once for all of them)
-    # STAGES > 0: Triton's cp.async pipeline instead of the two register buffers (won for int4 down and lm_head)
-    _BF16 = [triton.Config({"BN": bn, "BK": bk, "STAGES": st}, num_warps=w)
-             for bn, bk, w, st in ((2, 1024, 4, 0), (4, 512, 4, 0), (4, 1024, 8, 0), (8, 512, 4, 0), (8, 512, 8, 0),
-                                   (16, 256, 8, 0), (16, 512, 8, 0), (8, 256, 4, 0), (4, 256, 4, 0), (4, 256, 2, 0),
-                                   (8, 512, 4, 3))]
-    _INT4 = [triton.Config({"BN": bn, "BK": bk, "STAGES": st}, num_warps=w)
-             for bn, bk, w, st in ((16, 512, 2, 0), (8, 512, 2, 0), (16, 256, 2, 0), (32, 512, 4, 0), (32, 256, 2, 0),
-                                   (16, 512, 4, 0), (8, 512, 2, 3), (16, 512, 2, 3))]
-    _KEY = ["N", "K", "PRO", "GLU"]
-    _gemv_bf16 = triton.autotune(_BF16, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_gemv)
-    _gemv_int4 = triton.autotune(_INT4, key=_KEY, prune_configs_by={"early_config_prune": _prune})(_gemv)
+    # every config is compiled and timed per (N, K, prologue, epilogue) once, before the CUDA graph is captured
+    # (ACC's in-place output restored after each trial); int4 tiles give each thread several rows of the same
+    # columns (the activations read once for all of them); STAGES > 0: Triton's cp.async pipeline instead of the two
+    # register buffers; SPLIT > 1: split-K, for the matrices too short to give every SM enough programs (o, down)
+    def _configs(tiles):
+        return [triton.Config({"BN": bn, "BK": bk, "STAGES": st, "SPLIT": sp}, num_warps=w) for bn, bk, w, st, sp in tiles]
+
+    _BF16 = _configs([(2, 1024, 4, 0, 1), (4, 512, 4, 0, 1), (4, 1024, 8, 0, 1), (8, 512, 4, 0, 1), (8, 512, 8, 0, 1),
+                      (16, 256, 8, 0, 1), (16, 512, 8, 0, 1), (8, 256, 4, 0, 1), (4, 256, 4, 0, 1), (4, 256, 2, 0, 1),
+                      (8, 512, 4, 3, 1), (4, 512, 4, 0, 2), (8, 512, 4, 0, 2), (8, 512, 8, 0, 4), (4, 512, 4, 0, 4)])
+    _INT4 = _configs([(16, 512, 2, 0, 1), (4, 512, 1, 0, 1), (8, 512, 2, 0, 1), (8, 512, 2, 6, 1), (4, 512, 1, 0, 2),
+                      (4, 512, 1, 0, 4), (4, 512, 1, 0, 8), (8, 512, 2, 0, 8)])
+    _KEY = ["N", "K", "PRO", "GLU", "ACC"]
+    _tune = dict(key=_KEY, prune_configs_by={"early_config_prune": _prune}, restore_value=["Y"])
+    if "do_bench" in inspect.signature(triton.autotune).parameters:  # Triton >= 3.2
+        _tune["do_bench"] = lambda call, quantiles=None: _cold_bench(call)
+    _gemv_bf16 = triton.autotune(_BF16, **_tune)(_gemv)
+    _gemv_int4 = triton.autotune(_INT4, **_tune)(_gemv)
 
     @triton.jit
     def _rope(QKV, COS, SIN, pos, rows, d, mask, D: tl.constexpr):
@@ -396,31 +426,63 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, stages=0):
-    """The Triton twin of ref_gemv; writes into `out` (fp32) when given (a static buffer under a CUDA graph).
-    Under the interpreter `stages` picks the loop (0: register buffers; > 0: the pipelined one); a GPU autotunes it."""
+             glu=False, out=None, config=None):
+    """The Triton twin of ref_gemv; writes into `out` (fp32) when given (a static buffer under a CUDA graph);
+    `residual=out` adds W p(x) into out in place (the residual stream), which also allows split-K.
+    A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps; bench --gemv-sweep);
+    under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register buffers)."""
     int4 = scales is not None
     n = w.shape[0]
     k = w.shape[1] * 8 if int4 else w.shape[1]
     if glu and (n % 2 or residual is not None):
         raise ValueError("glu takes an even number of rows (gate then up) and no residual")
     y = out if out is not None else torch.empty(n // 2 if glu else n, device=w.device, dtype=torch.float32)
+    acc = residual is not None and residual is y
     dummy = y
     args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
-            bias if bias is not None else dummy, residual if residual is not None else dummy, y, n, k, k // 8, eps)
-    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, HAS_RES=residual is not None, INT4=int4,
-                 GROUP_K=GROUP)
+            bias if bias is not None else dummy, residual if residual is not None and not acc else dummy, y, n, k,
+            k // 8, eps)
+    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, HAS_RES=residual is not None and not acc, ACC=acc,
+                 INT4=int4, GROUP_K=GROUP)
     rows = n // 2 if glu else n
-    if INTERPRET or not w.is_cuda:  # fixed tiles under the interpreter (small shapes, the tests)
-        bn = 16
-        _gemv[(triton.cdiv(rows, bn // 2 if glu else bn),)](*args, **flags, BN=bn, BK=_pick_bk(k, int4), PDL=0,
-                                                            STAGES=stages)
+
+    def grid(meta):
+        return triton.cdiv(rows, meta["BN"] // 2 if glu else meta["BN"]), meta.get("SPLIT", 1)
+
+    if INTERPRET or not w.is_cuda or config:  # fixed tiles: the interpreter (small shapes, the tests) or a sweep
+        cfg = {"BN": 16, "BK": _pick_bk(k, int4), "STAGES": 0, "SPLIT": 1, **(config or {})}
+        if cfg["SPLIT"] > 1 and not (acc and pro == PRO_NONE and not glu):
+            raise ValueError("split-K adds partial sums into the output: it needs residual=out, no norm, no glu")
+        pdl = 0 if INTERPRET or not w.is_cuda else _pdl_default()
+        _gemv[grid(cfg)](*args, **flags, **cfg, PDL=pdl, **_launch(pdl))
     else:
         pdl = _pdl_default()
-        kern = _gemv_int4 if int4 else _gemv_bf16
-        kern[lambda meta: (triton.cdiv(rows, meta["BN"] // 2 if glu else meta["BN"]),)](*args, **flags, PDL=pdl,
-                                                                                        **_launch(pdl))
+        (_gemv_int4 if int4 else _gemv_bf16)[grid](*args, **flags, PDL=pdl, **_launch(pdl))
     return y
+
+
+_FLUSH: dict = {}
+
+
+def _cold_bench(call, reps: int = 8) -> list[float]:
+    """The GEMV autotuner's timer, as a decode step sees a kernel: `reps` calls, each after a write that evicts the L2
+    cache (the weights come from memory), recorded in one CUDA graph (no launch overhead), minus the same graph of
+    writes alone. Triton's default times one eager launch on warm weights, which ranks small matrices by launch
+    cost and L2 hits. ms per call, as the autotuner's [median, p20, p80] (one figure: medians of 5 replays)."""
+    from floorline.runtimes.base import capture_graph
+    from floorline.timing import time_steps
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    if dev not in _FLUSH:  # twice the L2, and its graph of writes alone, kept for every config
+        buf = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.int8, device=dev)
+        _FLUSH[dev] = buf, capture_graph(lambda: [buf.zero_() for _ in range(reps)], 1)
+    buf, flushes = _FLUSH[dev]
+    graph = capture_graph(lambda: [(buf.zero_(), call()) for _ in range(reps)], 1)
+    both = statistics.median(time_steps(graph.replay, 5, dev))
+    alone = statistics.median(time_steps(flushes.replay, 5, dev))
+    del graph
+    ms = max(both - alone, 0.0) / reps
+    return [ms, ms, ms]
 
 
 def _launch(pdl: int) -> dict:

@@ -62,7 +62,7 @@ class NativeModel:
         f32 = dict(device=dev, dtype=torch.float32)
         h, kv, d = self.heads, self.kv_heads, self.head_dim
         inter = self.layers[0]["gate_up"]["rows"] // 2
-        self.x = [torch.zeros(self.hidden, **f32), torch.zeros(self.hidden, **f32)]  # the residual, ping-pong
+        self.x = torch.zeros(self.hidden, **f32)  # the residual stream: o and down add into it in place
         self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
         self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
@@ -88,18 +88,15 @@ class NativeModel:
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
         """One token: self.tok at self.pos in, the next token and position out, all on the device, in place."""
-        cur = 0
-        self.x[cur].copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
+        x = self.x
+        x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
         for i, lay in enumerate(self.layers):
-            self._gemv(lay["qkv"], self.x[cur], self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"],
-                       bias=lay["qkv_bias"])
+            self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"])
             a = self._attention(i)
-            self._gemv(lay["o"], a, self.x[1 - cur], residual=self.x[cur])
-            cur = 1 - cur
-            self._gemv(lay["gate_up"], self.x[cur], self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
-            self._gemv(lay["down"], self.act, self.x[1 - cur], residual=self.x[cur])
-            cur = 1 - cur
-        self._gemv({"w": self.lm_head}, self.x[cur], self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
+            self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
+            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
+            self._gemv(lay["down"], self.act, x, residual=x)
+        self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
         self.tok.copy_(self.logits.argmax().view(1))
         self.pos.add_(1)
 
