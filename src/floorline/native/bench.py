@@ -75,7 +75,7 @@ def main(argv=None) -> int:
             kern = K._gemv_int4 if extra else K._gemv_bf16
             cfg = kern.best_config
             tile = (f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
-                    f" k{cfg.kwargs.get('SPLIT', 1)}")
+                    f" k{cfg.kwargs.get('SPLIT', 1)} r{cfg.maxnreg or '-'}")
             row = {"kernel": f"gemv {name}", "format": fmt, "shape": f"{n}x{k}", "us": us, "bytes": nbytes,
                    "gbps": nbytes / us / 1e3, "cublas_gbps": None, "config": tile}
             if fmt == "bf16":
@@ -103,11 +103,13 @@ def main(argv=None) -> int:
     return 0
 
 
-# int4 tiles for --gemv-sweep: (BN, BK, warps, STAGES, SPLIT); split-K only where the output is added in place
-GEMV_SWEEP = [(4, 512, 1, 0, 1), (8, 256, 1, 0, 1), (8, 512, 2, 0, 1), (16, 512, 2, 0, 1), (16, 256, 4, 0, 1),
-              (32, 512, 4, 0, 1), (16, 512, 2, 3, 1), (16, 512, 2, 6, 1), (16, 512, 4, 6, 1), (8, 512, 2, 6, 1),
-              (4, 512, 1, 0, 2), (4, 512, 1, 0, 4), (4, 256, 1, 0, 4), (8, 512, 2, 0, 4), (4, 512, 1, 0, 8),
-              (8, 512, 2, 0, 8), (4, 512, 1, 6, 4)]
+# int4 tiles for --gemv-sweep: (BN, BK, warps, STAGES, SPLIT, register cap or None); split-K only where the output is
+# added in place
+GEMV_SWEEP = [(4, 512, 1, 0, 1, None), (8, 256, 1, 0, 1, None), (8, 512, 2, 0, 1, None), (16, 512, 2, 0, 1, None),
+              (16, 512, 2, 0, 1, 128), (16, 512, 2, 0, 1, 96), (16, 512, 2, 0, 1, 80), (16, 256, 2, 0, 1, 96),
+              (8, 512, 2, 0, 1, 96), (4, 512, 1, 0, 1, 96), (32, 512, 4, 0, 1, 128), (16, 512, 2, 3, 1, None),
+              (8, 512, 2, 6, 1, None), (4, 512, 1, 0, 2, None), (4, 512, 1, 0, 4, None), (4, 512, 1, 0, 8, None),
+              (8, 512, 2, 0, 8, None), (4, 512, 1, 0, 8, 96)]
 
 
 def _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, json_path) -> int:
@@ -131,16 +133,16 @@ def _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, json_path) -> int:
         nbytes = sum(t.numel() * t.element_size() for t in ts)
         ops = [ts] + [tuple(t.clone() for t in ts) for _ in range(_copies(nbytes) - 1)]
         want = K.ref_gemv(q.words, x, scales=q.scales, zeros=q.zeros, **{**kw, "residual": res0 if "res" in name else None})
-        for bn, bk, w, st, sp in GEMV_SWEEP:
+        for bn, bk, w, st, sp, reg in GEMV_SWEEP:
             if k % bk or (sp > 1 and (pro or "res" not in name or k // bk < 2 * sp)):
                 continue
-            cfg = {"BN": bn, "BK": bk, "num_warps": w, "STAGES": st, "SPLIT": sp}
+            cfg = {"BN": bn, "BK": bk, "num_warps": w, "STAGES": st, "SPLIT": sp, "maxnreg": reg}
             out.copy_(res0)
             K.tri_gemv(q.words, x, scales=q.scales, zeros=q.zeros, out=out, config=cfg, **kw)
             err = ((out - want).norm() / want.norm()).item()  # every timed tile is also checked
             us = chain_us([lambda o=o: K.tri_gemv(o[0], x, scales=o[1], zeros=o[2], out=out, config=cfg, **kw)
                            for o in ops])
-            rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}", "config": f"BN{bn} BK{bk} w{w} s{st} k{sp}",
+            rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}", "config": f"BN{bn} BK{bk} w{w} s{st} k{sp} r{reg or '-'}",
                          "us": us, "bytes": nbytes, "gbps": nbytes / us / 1e3, "rel_err": err})
             print(f"  {name} {rows[-1]['config']}: {us:.1f} us", flush=True)
         del ops

@@ -307,13 +307,16 @@ if triton is not None:
     # columns (the activations read once for all of them); STAGES > 0: Triton's cp.async pipeline instead of the two
     # register buffers; SPLIT > 1: split-K, for the matrices too short to give every SM enough programs (o, down)
     def _configs(tiles):
-        return [triton.Config({"BN": bn, "BK": bk, "STAGES": st, "SPLIT": sp}, num_warps=w) for bn, bk, w, st, sp in tiles]
+        return [triton.Config({"BN": t[0], "BK": t[1], "STAGES": t[3], "SPLIT": t[4]}, num_warps=t[2],
+                              maxnreg=t[5] if len(t) > 5 else None) for t in tiles]
 
     _BF16 = _configs([(2, 1024, 4, 0, 1), (4, 512, 4, 0, 1), (4, 1024, 8, 0, 1), (8, 512, 4, 0, 1), (8, 512, 8, 0, 1),
                       (16, 256, 8, 0, 1), (16, 512, 8, 0, 1), (8, 256, 4, 0, 1), (4, 256, 4, 0, 1), (4, 256, 2, 0, 1),
                       (8, 512, 4, 3, 1), (4, 512, 4, 0, 2), (8, 512, 4, 0, 2), (8, 512, 8, 0, 4), (4, 512, 4, 0, 4)])
+    # int4: (BN, BK, warps, STAGES, SPLIT[, register cap]); the cap trades spills for resident warps (ptx .maxnreg)
     _INT4 = _configs([(16, 512, 2, 0, 1), (4, 512, 1, 0, 1), (8, 512, 2, 0, 1), (8, 512, 2, 6, 1), (4, 512, 1, 0, 2),
-                      (4, 512, 1, 0, 4), (4, 512, 1, 0, 8), (8, 512, 2, 0, 8)])
+                      (4, 512, 1, 0, 4), (4, 512, 1, 0, 8), (8, 512, 2, 0, 8), (16, 512, 2, 0, 1, 128),
+                      (16, 512, 2, 0, 1, 96), (4, 512, 1, 0, 8, 96)])
     _KEY = ["N", "K", "PRO", "GLU", "ACC"]
     _tune = dict(key=_KEY, prune_configs_by={"early_config_prune": _prune}, restore_value=["Y"])
     if "do_bench" in inspect.signature(triton.autotune).parameters:  # Triton >= 3.2
@@ -429,7 +432,8 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
              glu=False, out=None, config=None):
     """The Triton twin of ref_gemv; writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     `residual=out` adds W p(x) into out in place (the residual stream), which also allows split-K.
-    A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps; bench --gemv-sweep);
+    A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg; bench
+    --gemv-sweep);
     under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register buffers)."""
     int4 = scales is not None
     n = w.shape[0]
