@@ -87,3 +87,21 @@ def test_read_drop_torn_tail(tmp_path):
     assert records.read(p, drop_torn_tail=True) == [{"schema_version": 1, "a": 1}]
     p.write_text('{"schema_version": 1, "a": 1}')  # complete, only the newline missing: kept
     assert records.read(p, drop_torn_tail=True) == [{"schema_version": 1, "a": 1}]
+
+
+def test_source_digest_names_the_code_that_ran(tmp_path):
+    """source_sha256 changes with any .py byte or path under the root, and only with them."""
+    from floorline import system
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "notes.txt").write_text("not code")
+    first = system.source_sha256(tmp_path)
+    assert len(first) == 16 and first == system.source_sha256(tmp_path)
+    (tmp_path / "pkg" / "notes.txt").write_text("changed, still not code")
+    assert system.source_sha256(tmp_path) == first
+    (tmp_path / "pkg" / "a.py").write_text("x = 2\n")
+    assert system.source_sha256(tmp_path) != first
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "a.py").rename(tmp_path / "pkg" / "b.py")
+    assert system.source_sha256(tmp_path) != first

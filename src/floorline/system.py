@@ -6,6 +6,7 @@ NVML readings are best effort: every reading that the device or driver does not 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import platform
 import socket
@@ -19,13 +20,28 @@ from floorline import __version__
 
 
 def git_sha() -> str | None:
-    """The commit of the floorline checkout this code runs from, if it runs from one."""
+    """The commit of the floorline checkout this code runs from, if it runs from one; `+dirty` when its tracked
+    files differ from that commit (then source_sha256 says which code ran)."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if out.returncode != 0 or not out.stdout.strip():
+            return None
+        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True,
+                            text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout.strip() + ("+dirty" if st.returncode == 0 and st.stdout.strip() else "")
+
+
+def source_sha256(root: Path | None = None) -> str:
+    """A digest of the package's Python sources (path and bytes of every .py under `root`, sorted): which code ran,
+    also where the checkout's git metadata is stale or absent. 16 hex digits."""
+    root = root or Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def cpu_name() -> str:
@@ -43,7 +59,8 @@ def environment() -> dict:
     import transformers
 
     return {
-        "floorline_version": __version__, "git_sha": git_sha(), "torch_version": torch.__version__,
+        "floorline_version": __version__, "git_sha": git_sha(), "source_sha256": source_sha256(),
+        "torch_version": torch.__version__,
         "transformers_version": transformers.__version__, "cuda_version": torch.version.cuda,
         "python_version": platform.python_version(), "host": socket.gethostname(), "cpu_name": cpu_name(),
         "torch_threads": torch.get_num_threads(),
