@@ -20,14 +20,14 @@ from floorline import __version__
 
 
 def git_sha() -> str | None:
-    """The commit of the floorline checkout this code runs from, if it runs from one; `+dirty` when its tracked
-    files differ from that commit (then source_sha256 says which code ran)."""
+    """The commit of the floorline checkout this code runs from, if it runs from one; `+dirty` when the package's
+    tracked files differ from that commit (then source_sha256 says which code ran)."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         if out.returncode != 0 or not out.stdout.strip():
             return None
-        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True,
+        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=here, capture_output=True,
                             text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
