@@ -27,8 +27,8 @@ def git_sha() -> str | None:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         if out.returncode != 0 or not out.stdout.strip():
             return None
-        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=here, capture_output=True,
-                            text=True, timeout=5)
+        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=here,
+                            capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() + ("+dirty" if st.returncode == 0 and st.stdout.strip() else "")

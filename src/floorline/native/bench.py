@@ -132,7 +132,8 @@ def _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, json_path) -> int:
         ts = (q.words, q.scales, q.zeros)
         nbytes = sum(t.numel() * t.element_size() for t in ts)
         ops = [ts] + [tuple(t.clone() for t in ts) for _ in range(_copies(nbytes) - 1)]
-        want = K.ref_gemv(q.words, x, scales=q.scales, zeros=q.zeros, **{**kw, "residual": res0 if "res" in name else None})
+        want = K.ref_gemv(q.words, x, scales=q.scales, zeros=q.zeros,
+                          **{**kw, "residual": res0 if "res" in name else None})
         for bn, bk, w, st, sp, reg in GEMV_SWEEP:
             if k % bk or (sp > 1 and (pro or "res" not in name or k // bk < 2 * sp)):
                 continue
@@ -142,8 +143,9 @@ def _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, json_path) -> int:
             err = ((out - want).norm() / want.norm()).item()  # every timed tile is also checked
             us = chain_us([lambda o=o: K.tri_gemv(o[0], x, scales=o[1], zeros=o[2], out=out, config=cfg, **kw)
                            for o in ops])
-            rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}", "config": f"BN{bn} BK{bk} w{w} s{st} k{sp} r{reg or '-'}",
-                         "us": us, "bytes": nbytes, "gbps": nbytes / us / 1e3, "rel_err": err})
+            rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}",
+                         "config": f"BN{bn} BK{bk} w{w} s{st} k{sp} r{reg or '-'}", "us": us, "bytes": nbytes,
+                         "gbps": nbytes / us / 1e3, "rel_err": err})
             print(f"  {name} {rows[-1]['config']}: {us:.1f} us", flush=True)
         del ops
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_gbps:.0f} GB/s measured; {a.name} int4 shapes")

@@ -5,15 +5,19 @@ One GEMV kernel with compile-time prologues and epilogues, so each fused matrix 
 W is bf16 (N, K) row-major, or floorline's W4A16 (int4.py): int32 (N, K/8) codes, bf16 scales and zeros (N, K/128).
 Each program owns BN output rows (with glu: BN/2 gate rows and the same up rows) and streams them along K in BK-wide
 tiles, either two register buffers in turn or Triton's cp.async pipeline (STAGES, autotuned); activations are fp32
-vectors (KB). int4 codes become floats 2048 + c or 128 + c by one and-or into a power of two's mantissa (no
-conversions), and the group's scale and zero are applied once per 32 weights of a row (_int4_tile).
+vectors (KB). RMSNorm's sum of squares comes from the same x loads as the product (every program reads all of x) and
+its 1/rms scales the sums. With the residual as the output (ACC: y += W x in place) the K range may be split over
+SPLIT programs that add their partial sums atomically (o and down, whose few rows leave SMs idle). int4 codes become
+floats 2048 + c or 128 + c by one and-or into a power of two's mantissa (no conversions), and the group's scale and
+zero are applied once per 32 weights of a row (_int4_tile).
 Attention is flash-decoding, RoPE and the KV write folded in: one program per (kv head, chunk of the cache) rotates
 q and k at the current position (read from the device: graph-safe), the chunk holding the position writes k and v
 into the cache, and every program scores all query heads of its group with tensor cores; a second kernel merges the
 chunks. On Hopper every kernel is launched with programmatic dependent launch (see _pdl_default).
 
 Under TRITON_INTERPRET=1 the same kernels run on the CPU (small shapes, in the tests), with fixed launch parameters;
-on a GPU the GEMV autotunes its tile per (N, K, prologue) once, before the CUDA graph is captured.
+on a GPU the GEMV autotunes its tile per (N, K, prologue, epilogue) once, before the CUDA graph is captured, timing
+each tile as a decode step sees it (_cold_bench: cold L2, inside a CUDA graph).
 """
 
 from __future__ import annotations
@@ -166,8 +170,8 @@ if triton is not None:
 
     @triton.jit
     def _int4_tile(acc, ss, w, sc, ze, X, NW, xc, PRO: tl.constexpr):
-        """acc (BN, NCH) += one int4 tile: w (BN, NCH, 4) words, chunk c = words 4c .. 4c + 3 of
-        one group; xc (NCH, 4) the columns of each word's code 0 (code j: + 16 j, so each x_j is a contiguous load).
+        """acc (BN, NCH) += one int4 tile: w (BN, NCH, 4) words, chunk c = words 4c .. 4c + 3 of one group;
+        xc (NCH, 4) the columns of each word's code 0 (code j: + 16 j, so each x_j is a contiguous load).
         sum (c - z) s x = s (sum (m + c) x - sum m x - z sum x) with m = 2048 for even codes, 128 for odd: four
         shifts put two codes each at bits 12 and 16 (_code), so a weight costs half a shift, a LOP3 and an FFMA;
         the scale and zero once per chunk and row. ss (NCH, 4) += the raw inputs' squares (RMSNorm)."""
@@ -313,10 +317,9 @@ if triton is not None:
     _BF16 = _configs([(2, 1024, 4, 0, 1), (4, 512, 4, 0, 1), (4, 1024, 8, 0, 1), (8, 512, 4, 0, 1), (8, 512, 8, 0, 1),
                       (16, 256, 8, 0, 1), (16, 512, 8, 0, 1), (8, 256, 4, 0, 1), (4, 256, 4, 0, 1), (4, 256, 2, 0, 1),
                       (8, 512, 4, 3, 1), (4, 512, 4, 0, 2), (8, 512, 4, 0, 2), (8, 512, 8, 0, 4), (4, 512, 4, 0, 4)])
-    # int4: (BN, BK, warps, STAGES, SPLIT[, register cap]); the cap trades spills for resident warps (ptx .maxnreg)
+    # int4: the winners of bench --gemv-sweep on the H200 (register caps, ptx .maxnreg, lost on every shape there)
     _INT4 = _configs([(16, 512, 2, 0, 1), (4, 512, 1, 0, 1), (8, 512, 2, 0, 1), (8, 512, 2, 6, 1), (4, 512, 1, 0, 2),
-                      (4, 512, 1, 0, 4), (4, 512, 1, 0, 8), (8, 512, 2, 0, 8), (16, 512, 2, 0, 1, 128),
-                      (16, 512, 2, 0, 1, 96), (4, 512, 1, 0, 8, 96)])
+                      (4, 512, 1, 0, 4), (4, 512, 1, 0, 8), (8, 512, 2, 0, 8)])
     _KEY = ["N", "K", "PRO", "GLU", "ACC"]
     _tune = dict(key=_KEY, prune_configs_by={"early_config_prune": _prune}, restore_value=["Y"])
     if "do_bench" in inspect.signature(triton.autotune).parameters:  # Triton >= 3.2
@@ -432,9 +435,9 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
              glu=False, out=None, config=None):
     """The Triton twin of ref_gemv; writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     `residual=out` adds W p(x) into out in place (the residual stream), which also allows split-K.
-    A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg; bench
-    --gemv-sweep);
-    under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register buffers)."""
+    A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg: bench
+    --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
+    buffers)."""
     int4 = scales is not None
     n = w.shape[0]
     k = w.shape[1] * 8 if int4 else w.shape[1]
