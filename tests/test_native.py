@@ -44,6 +44,19 @@ def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages):
     assert _rel(got, want) < 1e-5
 
 
+@pytest.mark.skipif(K.triton is None, reason="needs Triton")
+@pytest.mark.parametrize("table", ["_BF16", "_INT4"])
+def test_autotuning_offers_split_k_only_to_in_place_plain_gemvs(table):
+    """Split-K adds partial sums into the output: only with ACC, no norm (it needs all of x), no glu, >= 2 tiles each."""
+    def splits(k, **flags):
+        return {c.kwargs["SPLIT"] for c in K._prune(getattr(K, table), {"K": k}, INT4=table == "_INT4", **flags)}
+
+    assert splits(18944, PRO=K.PRO_NONE, GLU=False, ACC=True) > {1}
+    assert splits(18944, PRO=K.PRO_RMSNORM, GLU=False, ACC=True) == {1}
+    assert splits(18944, PRO=K.PRO_NONE, GLU=False, ACC=False) == {1}
+    assert splits(1024, PRO=K.PRO_NONE, GLU=False, ACC=True) == {1}  # two 512-wide tiles: too few to split
+
+
 def test_gemv_reference_is_the_plain_product():
     w, x = _rand(8, 64, scale=0.1), _rand(64)
     assert torch.allclose(K.ref_gemv(w, x), w @ x, atol=1e-6)
