@@ -44,10 +44,9 @@ def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages):
     assert _rel(got, want) < 1e-5
 
 
-@pytest.mark.skipif(K.triton is None, reason="needs Triton")
 @pytest.mark.parametrize("table", ["_BF16", "_INT4"])
 def test_autotuning_offers_split_k_only_to_in_place_plain_gemvs(table):
-    """Split-K adds partial sums into the output: only with ACC, no norm (it needs all of x), no glu, >= 2 tiles each."""
+    """Split-K adds partial sums into the output: only with ACC, no norm (it needs all of x), no glu, 2+ tiles each."""
     def splits(k, **flags):
         return {c.kwargs["SPLIT"] for c in K._prune(getattr(K, table), {"K": k}, INT4=table == "_INT4", **flags)}
 
@@ -84,8 +83,11 @@ def test_gemv_adds_into_its_output_in_place_and_split_k_sums_every_tile_once(fmt
     got = K.tri_gemv(w, x, residual=out, out=out, config={"BK": 128, "SPLIT": split, "STAGES": stages}, **kw)
     assert got is out
     assert _rel(out, want) < (3e-4 if fmt == "int4" else 1e-5)
+    # another residual tensor is copied into the output first, then added to the same way
+    assert _rel(K.tri_gemv(w, x, residual=res, config={"BK": 128, "SPLIT": split}, **kw), want) < (
+        3e-4 if fmt == "int4" else 1e-5)
     with pytest.raises(ValueError, match="split-K"):  # partial sums need an output that already holds the start
-        K.tri_gemv(w, x, residual=res, config={"SPLIT": 2}, **kw)
+        K.tri_gemv(w, x, config={"SPLIT": 2}, **kw)
 
 
 @interpreted

@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 
 
-def chain_us(calls, replays: int = 20) -> float:
-    """Median microseconds per call of `calls` (closures) recorded into one CUDA graph, replayed `replays` times
-    (runtimes.base.capture_graph: one warm-up call each, where Triton compiles and autotunes; timing.time_steps)."""
-    from floorline.runtimes.base import capture_graph
-    from floorline.timing import time_steps
+def chain_us(calls) -> float:
+    """Median microseconds per call of `calls` (closures) in one CUDA graph (runtimes.base.graph_ms)."""
+    from floorline.runtimes.base import graph_ms
 
-    graph = capture_graph(lambda: [f() for f in calls], 1)
-    graph.replay()
-    samples = time_steps(graph.replay, replays, torch.device("cuda"))
-    return statistics.median(samples) * 1e3 / len(calls)
+    return graph_ms(calls) * 1e3
+
+
+def _operands(K, name: str, n: int, k: int, pro: int, dev):
+    """Input x, output (holding a random residual for "+res": added in place, as the model does) and the GEMV
+    keywords of one bench shape; "silu" marks the gate_up GEMV (glu: n/2 outputs)."""
+    x = torch.randn(k, device=dev)
+    out = torch.randn(n // 2 if "silu" in name else n, device=dev)
+    kw = dict(pro=pro, norm_w=torch.rand(k, device=dev) + 0.5 if pro == K.PRO_RMSNORM else None, glu="silu" in name,
+              residual=out if "res" in name else None, bias=torch.randn(n, device=dev) if "bias" in name else None)
+    return x, out, kw
 
 
 def _copies(nbytes: int) -> int:
@@ -55,10 +59,7 @@ def main(argv=None) -> int:
         return _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, args.json)
     rows = []
     for name, (n, k, pro) in shapes.items():
-        x = torch.randn(k, device=dev)
-        out = torch.randn(n // 2 if "silu" in name else n, device=dev)  # "+res": added in place, as the model does
-        kw = dict(pro=pro, norm_w=torch.rand(k, device=dev) + 0.5 if pro == K.PRO_RMSNORM else None, glu="silu" in name,
-                  residual=out if "res" in name else None, bias=torch.randn(n, device=dev) if "bias" in name else None)
+        x, out, kw = _operands(K, name, n, k, pro, dev)
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
         formats = [("bf16", w, {})]
         if name != "lm_head (norm)":
@@ -120,12 +121,8 @@ def _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, json_path) -> int:
               "hf gate": (a.intermediate, a.hidden, K.PRO_NONE)}
     rows = []
     for name, (n, k, pro) in shapes.items():
-        x = torch.randn(k, device=dev)
-        out = torch.empty(n // 2 if "silu" in name else n, device=dev)
-        res0 = torch.randn_like(out)
-        kw = dict(pro=pro, norm_w=torch.rand(k, device=dev) + 0.5 if pro == K.PRO_RMSNORM else None, glu="silu" in name,
-                  residual=out if "res" in name else None,
-                  bias=torch.randn(n, device=dev) if "bias" in name else None)
+        x, out, kw = _operands(K, name, n, k, pro, dev)
+        res0 = out.clone()
         lin = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
         torch.nn.init.normal_(lin.weight, 0, 0.02)
         q = Int4Native().pack(lin).module

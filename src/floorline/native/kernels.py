@@ -6,10 +6,10 @@ W is bf16 (N, K) row-major, or floorline's W4A16 (int4.py): int32 (N, K/8) codes
 Each program owns BN output rows (with glu: BN/2 gate rows and the same up rows) and streams them along K in BK-wide
 tiles, either two register buffers in turn or Triton's cp.async pipeline (STAGES, autotuned); activations are fp32
 vectors (KB). RMSNorm's sum of squares comes from the same x loads as the product (every program reads all of x) and
-its 1/rms scales the sums. With the residual as the output (ACC: y += W x in place) the K range may be split over
-SPLIT programs that add their partial sums atomically (o and down, whose few rows leave SMs idle). int4 codes become
-floats 2048 + c or 128 + c by one and-or into a power of two's mantissa (no conversions), and the group's scale and
-zero are applied once per 32 weights of a row (_int4_tile).
+its 1/rms scales the sums. A residual is added in place (ACC: y holds it, y += W x), which lets the K range be split
+over SPLIT programs that add their partial sums atomically (o and down, whose few rows leave SMs idle). int4 codes
+become floats 2048 + c or 128 + c by one and-or into a power of two's mantissa (no conversions), and the group's scale
+and zero are applied once per 32 weights of a row (_int4_tile).
 Attention is flash-decoding, RoPE and the KV write folded in: one program per (kv head, chunk of the cache) rotates
 q and k at the current position (read from the device: graph-safe), the chunk holding the position writes k and v
 into the cache, and every program scores all query heads of its group with tensor cores; a second kernel merges the
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import statistics
 
 import torch
 
@@ -202,9 +201,9 @@ if triton is not None:
         return acc + sc * (tl.sum(p, 2) - tl.sum(xm, 1)[None, :] - ze * tl.sum(xs, 1)[None, :]), ss
 
     @triton.jit
-    def _gemv(W, S, Z, X, NW, B, R, Y, N, K, KW, eps,
-              PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
-              ACC: tl.constexpr, INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    def _gemv(W, S, Z, X, NW, B, Y, N, K, KW, eps,
+              PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
+              INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
               PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1):
         if PDL == 1:  # let the next kernel's programs launch as soon as all of ours have
             tl.extra.cuda.gdc_launch_dependents()
@@ -291,8 +290,6 @@ if triton is not None:
         elif SPLIT > 1:  # ACC: every split adds its partial sums into Y (which holds the residual)
             tl.atomic_add(Y + rn, y, mask=nmask, sem="relaxed")
         else:
-            if HAS_RES:
-                y += tl.load(R + rn, mask=nmask, other=0.0).to(tl.float32)
             if ACC:  # y += W x in place (the residual stream): each program reads then writes its own rows
                 y += tl.load(Y + rn, mask=nmask, other=0.0)
             tl.store(Y + rn, y, mask=nmask)
@@ -434,7 +431,8 @@ def _pick_bk(k: int, int4: bool) -> int:
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
              glu=False, out=None, config=None):
     """The Triton twin of ref_gemv; writes into `out` (fp32) when given (a static buffer under a CUDA graph);
-    `residual=out` adds W p(x) into out in place (the residual stream), which also allows split-K.
+    the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
+    split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg: bench
     --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
     buffers)."""
@@ -444,13 +442,13 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     if glu and (n % 2 or residual is not None):
         raise ValueError("glu takes an even number of rows (gate then up) and no residual")
     y = out if out is not None else torch.empty(n // 2 if glu else n, device=w.device, dtype=torch.float32)
-    acc = residual is not None and residual is y
+    acc = residual is not None
+    if acc and residual is not y:
+        y.copy_(residual)
     dummy = y
     args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
-            bias if bias is not None else dummy, residual if residual is not None and not acc else dummy, y, n, k,
-            k // 8, eps)
-    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, HAS_RES=residual is not None and not acc, ACC=acc,
-                 INT4=int4, GROUP_K=GROUP)
+            bias if bias is not None else dummy, y, n, k, k // 8, eps)
+    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, ACC=acc, INT4=int4, GROUP_K=GROUP)
     rows = n // 2 if glu else n
 
     def grid(meta):
@@ -459,7 +457,7 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     if INTERPRET or not w.is_cuda or config:  # fixed tiles: the interpreter (small shapes, the tests) or a sweep
         cfg = {"BN": 16, "BK": _pick_bk(k, int4), "STAGES": 0, "SPLIT": 1, **(config or {})}
         if cfg["SPLIT"] > 1 and not (acc and pro == PRO_NONE and not glu):
-            raise ValueError("split-K adds partial sums into the output: it needs residual=out, no norm, no glu")
+            raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
         pdl = 0 if INTERPRET or not w.is_cuda else _pdl_default()
         _gemv[grid(cfg)](*args, **flags, **cfg, PDL=pdl, **_launch(pdl))
     else:
@@ -468,7 +466,7 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     return y
 
 
-_FLUSH: dict = {}
+_FLUSH: dict = {}  # per device: a buffer of twice its L2, written to evict it
 
 
 def _cold_bench(call, reps: int = 8) -> list[float]:
@@ -476,19 +474,15 @@ def _cold_bench(call, reps: int = 8) -> list[float]:
     cache (the weights come from memory), recorded in one CUDA graph (no launch overhead), minus the same graph of
     writes alone. Triton's default times one eager launch on warm weights, which ranks small matrices by launch
     cost and L2 hits. ms per call, as the autotuner's [median, p20, p80] (one figure: medians of 5 replays)."""
-    from floorline.runtimes.base import capture_graph
-    from floorline.timing import time_steps
+    from floorline.runtimes.base import graph_ms
 
     dev = torch.device("cuda", torch.cuda.current_device())
-    if dev not in _FLUSH:  # twice the L2, and its graph of writes alone, kept for every config
-        buf = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.int8, device=dev)
-        _FLUSH[dev] = buf, capture_graph(lambda: [buf.zero_() for _ in range(reps)], 1)
-    buf, flushes = _FLUSH[dev]
-    graph = capture_graph(lambda: [(buf.zero_(), call()) for _ in range(reps)], 1)
-    both = statistics.median(time_steps(graph.replay, 5, dev))
-    alone = statistics.median(time_steps(flushes.replay, 5, dev))
-    del graph
-    ms = max(both - alone, 0.0) / reps
+    if dev not in _FLUSH:
+        _FLUSH[dev] = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.int8,
+                                  device=dev)
+    buf = _FLUSH[dev]
+    both = graph_ms([lambda: (buf.zero_(), call())] * reps, 5)
+    ms = max(both - graph_ms([buf.zero_] * reps, 5), 0.0)
     return [ms, ms, ms]
 
 
