@@ -66,6 +66,14 @@ for stage in "${stages[@]}"; do
     quant)
       fl quant --model qwen2.5-7b --ctx 2048 --mode eager,graph --kernels --timeout 900 \
         --output "$OUT/quant.jsonl" 2>&1 | tee "$OUT/quant.log" ;;
+    int4)
+      python3 -m pytest -q tests/test_int4_format.py tests/test_gpu_native.py -k "int4_cuda or compiles" 2>&1 \
+        | tee "$OUT/pytest_int4.log" | tail -15
+      for m in qwen2.5-7b llama-3.1-8b; do
+        python3 -m floorline.native.bench --model "$m" --gemv-sweep --json "$OUT/int4_sweep_$m.json" 2>&1 \
+          | grep -v "^  " | tee "$OUT/int4_sweep_$m.log"
+      done
+      python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log" ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"
@@ -104,6 +112,18 @@ if os.path.exists(p):
 p = os.path.join(out, "native_bench.log")
 if os.path.exists(p):
     print("".join(l for l in open(p) if l.startswith("|")))
+import glob, json
+for p in sorted(glob.glob(os.path.join(out, "int4_sweep_*.json"))):
+    d = json.load(open(p))
+    best = {}
+    for r in d["rows"]:
+        if r["kernel"] not in best or r["us"] < best[r["kernel"]]["us"]:
+            best[r["kernel"]] = r
+    print(f"int4 sweep, {d['model']} (copy {d['copy_gbps']:.0f} GB/s): fastest config per shape")
+    print("| kernel | shape | config | us | GB/s | % copy | rel err |")
+    for r in best.values():
+        print(f"| {r['kernel']} | {r['shape']} | {r['config']} | {r['us']:.1f} | {r['gbps']:.0f} | "
+              f"{r['gbps'] / d['copy_gbps']:.0%} | {r['rel_err']:.1e} |")
 p = os.path.join(out, "grid.jsonl")
 if os.path.exists(p):
     recs = records.read(p)

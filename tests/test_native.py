@@ -9,7 +9,7 @@ import torch
 
 from conftest import run_cli
 from floorline import models, quant, zoo
-from floorline.quant import int4
+from floorline.native import int4_format
 
 triton = pytest.importorskip("triton", reason="mode native's kernels need Triton: pip install 'floorline[native]'")
 from floorline.native import kernels as K  # noqa: E402
@@ -154,7 +154,7 @@ def test_attention_chunks_grow_with_the_context_to_fill_the_gpu():
 def test_int4_words_hold_codes_sixteen_columns_apart_in_each_group():
     """Word i of a group of 128 holds columns i, i + 16, ..., i + 112, the first in the lowest bits."""
     codes = torch.randint(0, 16, (3, 256), generator=GEN)
-    words = int4.pack_int4(codes)
+    words = int4_format.pack(codes, torch.ones(3, 2), torch.zeros(3, 2), "rows")[0]
     assert words.shape == (3, 32) and words.dtype == torch.int32
     s = torch.ones(3, 2, dtype=torch.bfloat16)
     z = torch.zeros(3, 2, dtype=torch.bfloat16)

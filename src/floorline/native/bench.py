@@ -31,6 +31,21 @@ def _operands(K, name: str, n: int, k: int, pro: int, dev):
     return x, out, kw
 
 
+CHECK_TOLERANCE = 2e-3  # relative error against the fp32 torch reference (int4 CUDA: fp16 inputs, ~3e-4)
+
+
+def _config_name(K, fmt: str) -> str:
+    """The tuned launch parameters of the kernel just timed."""
+    if fmt == "int4 cuda":
+        from floorline.native import int4_cuda
+
+        w, ahead, split = int4_cuda.last_config
+        return f"w{w} ahead{ahead} k{split}"
+    cfg = (K._gemv_int4 if fmt == "int4" else K._gemv_bf16).best_config
+    return (f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
+            f" k{cfg.kwargs.get('SPLIT', 1)} r{cfg.maxnreg or '-'}")
+
+
 def _copies(nbytes: int) -> int:
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     return max(2, -(-4 * l2 // nbytes))
@@ -39,14 +54,16 @@ def _copies(nbytes: int) -> int:
 def main(argv=None) -> int:
     from floorline import bandwidth, zoo
     from floorline.native import kernels as K
-    from floorline.quant.int4 import Int4Native
+    from floorline.quant import int4
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen2.5-7b")
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("--attn-sweep", action="store_true", help="also time attention over chunk x tile x warps")
     p.add_argument("--gemv-sweep", action="store_true",
-                   help="time every int4 GEMV tile of GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
+                   help="time every int4 GEMV launch config (CUDA) and, with --triton-tiles, every Triton tile of "
+                        "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
+    p.add_argument("--triton-tiles", action="store_true", help="with --gemv-sweep: the Triton tiles too")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)
@@ -56,29 +73,38 @@ def main(argv=None) -> int:
               "down (+res)": (a.hidden, a.intermediate, K.PRO_NONE),
               "lm_head (norm)": (a.vocab, a.hidden, K.PRO_RMSNORM)}
     if args.gemv_sweep:
-        return _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, args.json)
+        return _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, args.json, args.triton_tiles)
     rows = []
     for name, (n, k, pro) in shapes.items():
         x, out, kw = _operands(K, name, n, k, pro, dev)
+        res0 = out.clone()
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
         formats = [("bf16", w, {})]
         if name != "lm_head (norm)":
             lin = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
             lin.weight.data = w
-            q = Int4Native().pack(lin).module
-            formats.append(("int4", q.words, {"scales": q.scales, "zeros": q.zeros}))
+            for layout in dict.fromkeys([int4.layout_for(dev, n, k), "rows"]):  # the GPU's own GEMV, then Triton's
+                q = int4.Int4Native().pack(lin, layout=layout).module
+                fmt = "int4" if layout == "rows" else "int4 cuda"
+                formats.append((fmt, q.words, {"scales": q.scales, "zeros": q.zeros, "layout": layout}))
         xb = x.to(torch.bfloat16)[None]  # cuBLAS baseline: the plain product on a k-wide input
         for fmt, wt, extra in formats:
-            nbytes = sum(t.numel() * t.element_size() for t in [wt, *extra.values()])
-            ops = [(wt, extra)] + [(wt.clone(), {k_: v.clone() for k_, v in extra.items()})
-                                   for _ in range(_copies(nbytes) - 1)]
+            tensors = [v for v in extra.values() if isinstance(v, torch.Tensor)]
+            nbytes = sum(t.numel() * t.element_size() for t in [wt, *tensors])
+            row = {"kernel": f"gemv {name}", "format": fmt, "shape": f"{n}x{k}", "bytes": nbytes}
+            # checked before it is timed: a wrong result is never given a time
+            want = K.ref_gemv(wt, x, **{**kw, "residual": res0 if kw["residual"] is not None else None}, **extra)
+            out.copy_(res0)
+            K.tri_gemv(wt, x, out=out, **kw, **extra)
+            row["rel_err"] = ((out - want).norm() / want.norm()).item()
+            if not row["rel_err"] <= CHECK_TOLERANCE:
+                rows.append({**row, "us": float("nan"), "gbps": float("nan"), "cublas_gbps": None,
+                             "config": f"WRONG (relative error {row['rel_err']:.1e})"})
+                continue
+            ops = [(wt, extra)] + [(wt.clone(), {k_: v.clone() if isinstance(v, torch.Tensor) else v
+                                                 for k_, v in extra.items()}) for _ in range(_copies(nbytes) - 1)]
             us = chain_us([lambda o=o: K.tri_gemv(o[0], x, out=out, **kw, **o[1]) for o in ops])
-            kern = K._gemv_int4 if extra else K._gemv_bf16
-            cfg = kern.best_config
-            tile = (f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
-                    f" k{cfg.kwargs.get('SPLIT', 1)} r{cfg.maxnreg or '-'}")
-            row = {"kernel": f"gemv {name}", "format": fmt, "shape": f"{n}x{k}", "us": us, "bytes": nbytes,
-                   "gbps": nbytes / us / 1e3, "cublas_gbps": None, "config": tile}
+            row.update({"us": us, "gbps": nbytes / us / 1e3, "cublas_gbps": None, "config": _config_name(K, fmt)})
             if fmt == "bf16":
                 cub = chain_us([lambda o=o: torch.nn.functional.linear(xb, o[0]) for o in ops])
                 row["cublas_gbps"] = nbytes / cub / 1e3
@@ -92,12 +118,13 @@ def main(argv=None) -> int:
             rows.append(_attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps))
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_gbps:.0f} GB/s measured; {a.name} shapes")
     print(f"PDL {K.pdl_name()}; per call: median of 20 replays of a graph of calls on distinct copies")
-    print("| kernel | format | shape | config | us | MB | GB/s | % of copy bw | cuBLAS bf16 GB/s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| kernel | format | shape | config | us | MB | GB/s | % of copy bw | cuBLAS bf16 GB/s | rel err |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         cb = f"{r['cublas_gbps']:.0f}" if r["cublas_gbps"] else "-"
+        err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else "-"
         print(f"| {r['kernel']} | {r['format']} | {r['shape']} | {r['config']} | {r['us']:.1f} | "
-              f"{r['bytes'] / 1e6:.1f} | {r['gbps']:.0f} | {r['gbps'] / copy_gbps:.0%} | {cb} |")
+              f"{r['bytes'] / 1e6:.1f} | {r['gbps']:.0f} | {r['gbps'] / copy_gbps:.0%} | {cb} | {err} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"copy_gbps": copy_gbps, "model": a.name, "rows": rows}, f)
@@ -113,7 +140,7 @@ GEMV_SWEEP = [(4, 512, 1, 0, 1, None), (8, 256, 1, 0, 1, None), (8, 512, 2, 0, 1
               (8, 512, 2, 0, 8, None), (4, 512, 1, 0, 8, 96)]
 
 
-def _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, json_path) -> int:
+def _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, json_path, triton_tiles: bool) -> int:
     """us and GB/s of every GEMV_SWEEP tile on each int4 shape (fixed tiles, no autotuning), fastest first."""
     shapes = {**{k: v for k, v in shapes.items() if k != "lm_head (norm)"},
               "hf q (bias)": (a.heads * a.head_dim, a.hidden, K.PRO_NONE),
@@ -125,13 +152,30 @@ def _gemv_sweep(K, Int4Native, shapes, a, dev, copy_gbps, json_path) -> int:
         res0 = out.clone()
         lin = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
         torch.nn.init.normal_(lin.weight, 0, 0.02)
-        q = Int4Native().pack(lin).module
+        q = int4.Int4Native().pack(lin, layout="rows").module
         ts = (q.words, q.scales, q.zeros)
         nbytes = sum(t.numel() * t.element_size() for t in ts)
         ops = [ts] + [tuple(t.clone() for t in ts) for _ in range(_copies(nbytes) - 1)]
         want = K.ref_gemv(q.words, x, scales=q.scales, zeros=q.zeros,
                           **{**kw, "residual": res0 if "res" in name else None})
-        for bn, bk, w, st, sp, reg in GEMV_SWEEP:
+        if int4.layout_for(dev, n, k) == "mma":  # the CUDA GEMV's launch configs, on its own layout
+            from floorline.native import int4_cuda
+
+            qm = int4.Int4Native().pack(lin, layout="mma").module
+            mops = [(qm.words, qm.scales, qm.zeros)] + [(qm.words.clone(), qm.scales.clone(), qm.zeros.clone())
+                                                        for _ in range(_copies(nbytes) - 1)]
+            split_ok = "res" in name and not pro and "silu" not in name
+            for cfg in int4_cuda.configs_for(n, k, "silu" in name, split_ok):
+                out.copy_(res0)
+                K.tri_gemv(qm.words, x, scales=qm.scales, zeros=qm.zeros, out=out, config=cfg, layout="mma", **kw)
+                err = ((out - want).norm() / want.norm()).item()
+                us = chain_us([lambda o=o: K.tri_gemv(o[0], x, scales=o[1], zeros=o[2], out=out, config=cfg,
+                                                      layout="mma", **kw) for o in mops])
+                rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}", "config": "cuda w{} ahead{} k{}".format(*cfg),
+                             "us": us, "bytes": nbytes, "gbps": nbytes / us / 1e3, "rel_err": err})
+                print(f"  {name} {rows[-1]['config']}: {us:.1f} us, err {err:.1e}", flush=True)
+            del mops
+        for bn, bk, w, st, sp, reg in GEMV_SWEEP if triton_tiles else []:
             if k % bk or (sp > 1 and (pro or "res" not in name or k // bk < 2 * sp)):
                 continue
             cfg = {"BN": bn, "BK": bk, "num_warps": w, "STAGES": st, "SPLIT": sp, "maxnreg": reg}

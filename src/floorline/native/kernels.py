@@ -2,7 +2,8 @@
 
 One GEMV kernel with compile-time prologues and epilogues, so each fused matrix is one launch:
   y = W @ p(x) (+ bias) (+ residual | glu)       p: identity | RMSNorm(x) * g;  glu: silu(y[:N/2]) * y[N/2:]
-W is bf16 (N, K) row-major, or floorline's W4A16 (int4.py): int32 (N, K/8) codes, bf16 scales and zeros (N, K/128).
+W is bf16 (N, K) row-major, or floorline's W4A16 (int4_format.py): int32 codes, bf16 scales and zeros per 128 inputs,
+in the `rows` layout (this Triton GEMV's) or the `mma` layout (int4_cuda.py's CUDA GEMV, which tri_gemv calls for it).
 Each program owns BN output rows (with glu: BN/2 gate rows and the same up rows) and streams them along K in BK-wide
 tiles, either two register buffers in turn or Triton's cp.async pipeline (STAGES, autotuned); activations are fp32
 vectors (KB). RMSNorm's sum of squares comes from the same x loads as the product (every program reads all of x) and
@@ -33,10 +34,11 @@ try:
 except ImportError:  # floorline runs without Triton; only mode native and its kernel tests need it
     triton = tl = None
 
+from floorline.native.int4_format import GROUP
+from floorline.native.int4_format import dequant as dequant_int4
+
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 PRO_NONE, PRO_RMSNORM = 0, 1
-GROUP = 128  # the int4 format's group size along K
-WORDS_PER_GROUP = GROUP // 8  # word i of a group holds its columns i, i + 16, ..., i + 112 (code j: column 16j + i)
 ATTN_CHUNK = 64  # cache positions per attention program (the least; more at long contexts)
 ATTN_BL = 64  # positions per inner tile
 
@@ -49,13 +51,13 @@ def rmsnorm(x, w, eps):
 
 
 def ref_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False):
-    """y = W @ p(x) (+ bias) (+ residual) in fp32; W bf16 (N, K), or int4 words (N, K/8) with scales and zeros.
+             glu=False, layout="rows"):
+    """y = W @ p(x) (+ bias) (+ residual) in fp32; W bf16 (N, K), or int4 words with scales and zeros in `layout`.
     glu: W holds gate rows then up rows; y = silu(gate) * up (N/2)."""
     x = x.float()
     if pro == PRO_RMSNORM:
         x = rmsnorm(x, norm_w, eps)
-    wf = dequant_int4(w, scales, zeros) if scales is not None else w.float()
+    wf = dequant_int4(w, scales, zeros, layout) if scales is not None else w.float()
     y = wf @ x
     if bias is not None:
         y = y + bias.float()
@@ -65,17 +67,6 @@ def ref_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     if residual is not None:
         y = y + residual.float()
     return y
-
-
-def dequant_int4(words, scales, zeros):
-    """floorline's W4A16 layout -> fp32 (N, K): in each group of 128 along K, code j (bits 4j..4j+3) of the group's
-    word i is weight column 16j + i of the group; w = (code - zero) * scale."""
-    n, kw = words.shape
-    shifts = torch.arange(0, 32, 4, device=words.device, dtype=torch.int32)
-    codes = (words.unsqueeze(-1) >> shifts) & 0xF  # (n, kw, 8): [word, code]
-    codes = codes.reshape(n, kw // WORDS_PER_GROUP, WORDS_PER_GROUP, 8).transpose(2, 3).reshape(n, kw * 8).float()
-    g = codes.shape[1] // scales.shape[1]
-    return (codes - zeros.float().repeat_interleave(g, 1)) * scales.float().repeat_interleave(g, 1)
 
 
 def rope_tables(inv_freq: torch.Tensor, length: int, scaling: float, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -429,14 +420,20 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, config=None):
-    """The Triton twin of ref_gemv; writes into `out` (fp32) when given (a static buffer under a CUDA graph);
+             glu=False, out=None, config=None, layout="rows"):
+    """The GPU twin of ref_gemv (int4 in the `mma` layout: int4_cuda.gemv, whose `config` is (warps, groups ahead,
+    splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg: bench
     --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
     buffers)."""
     int4 = scales is not None
+    if int4 and layout == "mma":
+        from floorline.native import int4_cuda
+
+        return int4_cuda.gemv(w, x, scales=scales, zeros=zeros, pro=pro, norm_w=norm_w, eps=eps, bias=bias,
+                              residual=residual, glu=glu, out=out, config=config, pdl=_pdl_default())
     n = w.shape[0]
     k = w.shape[1] * 8 if int4 else w.shape[1]
     if glu and (n % 2 or residual is not None):

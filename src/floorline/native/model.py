@@ -32,7 +32,7 @@ class NativeModel:
         self.max_len = max_len
         dev = next(hf.parameters()).device
         self.embed = hf.model.embed_tokens.weight
-        self.final_norm = hf.model.norm.weight
+        self.final_norm = hf.model.norm.weight.float()  # norms in fp32 (tiny): the int4 CUDA GEMV reads them so
         self.lm_head = hf.lm_head.weight
         self.layers = [self._layer(layer) for layer in hf.model.layers]
         rot = hf.model.rotary_emb
@@ -49,7 +49,7 @@ class NativeModel:
     # -------------------------------------------------------------------------------------------- weights
     def _layer(self, layer) -> dict:
         at, mlp = layer.self_attn, layer.mlp
-        d = {"attn_norm": layer.input_layernorm.weight, "ffn_norm": layer.post_attention_layernorm.weight}
+        d = {"attn_norm": layer.input_layernorm.weight.float(), "ffn_norm": layer.post_attention_layernorm.weight.float()}
         qkv = [at.q_proj, at.k_proj, at.v_proj]
         d["qkv"] = _fuse(qkv, bias_ok=True)
         d["qkv_bias"] = torch.cat([m.bias for m in qkv]).float() if at.q_proj.bias is not None else None
@@ -71,7 +71,7 @@ class NativeModel:
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, **kw):
         w = m["w"]
-        extra = {"scales": m["scales"], "zeros": m["zeros"]} if "scales" in m else {}
+        extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
         if self.ops == "triton":
             return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, **kw)
         out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
@@ -146,9 +146,14 @@ def _fuse(mods: list, bias_ok: bool = False) -> dict:
     if not bias_ok and any(getattr(m, "bias", None) is not None for m in mods):
         raise ValueError("native mode fuses biases on q/k/v only; this model has them elsewhere")
     if all(hasattr(m, "words") for m in mods):  # quant/int4.py's Int4Linear
+        layouts = {m.layout for m in mods}
+        if len(layouts) > 1:
+            raise ValueError(f"native mode fuses int4 matrices of one layout, not {sorted(layouts)}")
+        layout = layouts.pop()
         fused = {k: torch.cat([getattr(m, k) for m in mods]) for k in ("words", "scales", "zeros")}
-        _repoint(mods, fused, lambda m, k, v: setattr(m, k, v))
-        return {"w": fused["words"], "scales": fused["scales"], "zeros": fused["zeros"],
+        # the `mma` layout stores 16-row tiles: a module's rows are rows / 16 of the fused tensors
+        _repoint(mods, fused, lambda m, k, v: setattr(m, k, v), 16 if layout == "mma" else 1)
+        return {"w": fused["words"], "scales": fused["scales"], "zeros": fused["zeros"], "layout": layout,
                 "rows": sum(m.out_features for m in mods)}
     if not all(type(m) is torch.nn.Linear for m in mods):
         raise ValueError(f"native mode takes dense or floorline int4 matrices, not {type(mods[0]).__name__}")
@@ -159,10 +164,10 @@ def _fuse(mods: list, bias_ok: bool = False) -> dict:
     return {"w": fused["weight"], "rows": fused["weight"].shape[0]}
 
 
-def _repoint(mods: list, fused: dict, assign) -> None:
+def _repoint(mods: list, fused: dict, assign, rows_per_entry: int = 1) -> None:
     start = 0
     for m in mods:
-        rows = m.out_features
+        rows = m.out_features // rows_per_entry
         for k, t in fused.items():
             assign(m, k, t[start:start + rows])
         start += rows
@@ -171,6 +176,6 @@ def _repoint(mods: list, fused: dict, assign) -> None:
 def _mm(x: torch.Tensor, m: dict) -> torch.Tensor:
     """x @ W^T in fp32 out: int4 dequantised to fp32; dense in the weights' dtype (as HF's prefill runs)."""
     if "scales" in m:
-        return x @ K.dequant_int4(m["w"], m["scales"], m["zeros"]).t()
+        return x @ K.dequant_int4(m["w"], m["scales"], m["zeros"], m["layout"]).t()
     w = m["w"]
     return (x.to(w.dtype) @ w.t()).float()

@@ -1,0 +1,405 @@
+"""The batch-1 W4A16 GEMV in CUDA C++, compiled at run time by NVRTC (no nvcc on the user's machine): int4 at its floor.
+
+Why CUDA and not Triton: the Triton GEMV spends ~5 instructions a weight (164 registers, 19% occupancy, Nsight
+Compute on the H200) and streams 1.0-1.6 TB/s. Here a weight costs well under two: each warp owns one 16-row tile
+(int4_format's `mma` layout) and a share of its groups; a lane's 16-byte load is four tensor-core A fragments, which
+one LOP3 a pair turns into fp16 (the magic number 1024, codes in the mantissa), one packed subtraction of
+(1024 + zero) a pair makes exact (code - zero), and `mma.m16n8k16` multiplies by the input (fp16, fp32 accumulate)
+-- 256 weights an instruction, the tensor cores otherwise idle at batch 1. The group's scale is applied once per 128
+weights of a row, in fp32. The input is converted once per block into shared memory, laid out so each lane reads its
+B fragments for four steps with two 16-byte loads; RMSNorm's 1/rms is computed first (every block reads all of x)
+so the fp16 inputs are normalised (no overflow from a large residual stream).
+
+Fusions, as the Triton GEMV has them: RMSNorm prologue, bias, silu(gate) * up (a block holds gate tile t and up tile
+t), y += W x in place (the residual stream), split-K over blocks with fp32 atomics where the output is that residual.
+Launch parameters (warps a block, groups in flight a warp, splits) are tuned per shape with floorline's cold-L2
+graph timer before a CUDA graph is captured. Programmatic dependent launch: a block issues its first weight loads,
+then waits for the previous kernel (griddepcontrol), as the Triton kernels do.
+Numerics: inputs rounded to fp16 (relative 2^-11; a value beyond 65504 would overflow, far past any normalised or
+activation input seen), products and sums in fp32.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from floorline.native import int4_format as F
+
+SOURCE = r"""
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u32 magic(u32 w, u32 mask) {  // (w & mask) | 0x64006400: two codes as fp16 1024 + c
+  u32 r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(mask), "r"(0x64006400u));
+  return r;
+}
+__device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
+  u32 r;
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ u32 f2h2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // weights: read once, no L1 allocation
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ float bf_lo(u32 p) { return __int_as_float(p << 16); }
+__device__ __forceinline__ float bf_hi(u32 p) { return __int_as_float(p & 0xFFFF0000u); }
+__device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float4 load_x(const void* X, int i) {  // inputs i*4 .. i*4+3 as fp32
+#if XBF16
+  uint2 v = ((const uint2*)X)[i];
+  return make_float4(bf_lo(v.x), bf_hi(v.x), bf_lo(v.y), bf_hi(v.y));
+#else
+  return ((const float4*)X)[i];
+#endif
+}
+
+// WARPS a block; RT row tiles a block (2 with GLU: gate tile t and up tile t); U groups in flight a warp;
+// PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
+// XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
+          const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
+          void* Y, int N, int K, float eps) {
+  extern __shared__ uint4 smem4[];
+  float* red = (float*)smem4;                  // WARPS * 16 partial sums, then 32 for the norm
+  uint4* xs4 = smem4 + WARPS * 4 + 8;          // the block's inputs, fp16, in B-fragment order
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+  const int NKS = WARPS / RT, r = warp % RT, ks = warp / RT;
+  const int NT = N / 16, NG = K / 128, KB = K / 64;
+  const int tile = (RT == 2 && r == 1) ? blockIdx.x + NT / 2 : blockIdx.x;
+  const int g0 = (int)((long long)blockIdx.y * NG / gridDim.y), g1 = (int)((long long)(blockIdx.y + 1) * NG / gridDim.y);
+  const uint4* wt = W + (size_t)tile * KB * 32 + lane;
+  const u32* st = S + (size_t)tile * NG * 8 + g;
+  const u32* zt = Z + (size_t)tile * NG * 8 + g;
+
+  uint4 w[U][2];
+  u32 sc[U], zc[U];
+  int G = g0 + ks;
+#pragma unroll
+  for (int u = 0; u < U; u++) {  // the first weights are in flight before the previous kernel is waited for
+    const int Gu = G + u * NKS;
+    if (Gu < g1) {
+      w[u][0] = ld_stream(wt + (size_t)(2 * Gu) * 32);
+      w[u][1] = ld_stream(wt + (size_t)(2 * Gu + 1) * 32);
+      sc[u] = st[Gu * 8];
+      zc[u] = zt[Gu * 8];
+    }
+  }
+#if PDL
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  float rinv = 1.f;
+#if PRO
+  {  // 1/rms of the raw input, over all of it (every block)
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) {
+      float4 v = load_x(X, i);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[WARPS * 16 + warp] = ss;
+    __syncthreads();
+    ss = 0.f;
+    for (int i = 0; i < WARPS; i++) ss += red[WARPS * 16 + i];
+    rinv = rsqrtf(ss / K + eps);
+  }
+#endif
+  {  // the block's groups of x -> fp16 (normalised) in shared memory; input k of local 64-block b, kk = k % 64:
+     // half b*64 + t*16 + j*4 + u*2 + o for kk = 16j + 8u + 2t + o (lane t's B fragments of steps 0..3 in a row)
+    u32* xs = (u32*)xs4;
+    for (int i = threadIdx.x; i < (g1 - g0) * 32; i += WARPS * 32) {
+      const int kl = 4 * i, k4 = g0 * 32 + i;
+      float4 v = load_x(X, k4);
+#if PRO
+      const float4 nw = ((const float4*)NW)[k4];
+      v.x *= nw.x * rinv; v.y *= nw.y * rinv; v.z *= nw.z * rinv; v.w *= nw.w * rinv;
+#endif
+      const int b = kl >> 6, kk = kl & 63, j = kk >> 4, rr = kk & 15, up = rr >> 3, t0 = (rr & 7) >> 1;
+      const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
+      xs[h >> 1] = f2h2(v.x, v.y);
+      xs[(h + 16) >> 1] = f2h2(v.z, v.w);
+    }
+  }
+  __syncthreads();
+
+  float y0 = 0.f, y1 = 0.f;  // rows g and g + 8 of the warp's tile
+  for (; G < g1; G += U * NKS) {
+    uint4 wn[U][2];
+    u32 sn[U], zn[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {  // the next round's weights load while this round's are used
+      const int Gn = G + (U + u) * NKS;
+      if (Gn < g1) {
+        wn[u][0] = ld_stream(wt + (size_t)(2 * Gn) * 32);
+        wn[u][1] = ld_stream(wt + (size_t)(2 * Gn + 1) * 32);
+        sn[u] = st[Gn * 8];
+        zn[u] = zt[Gn * 8];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int Gu = G + u * NKS;
+      if (Gu < g1) {
+        // (1024 + c) - (1024 + z) = c - z for row g; rows g + 8 sit 16x higher: 16 (c - z), scaled back below
+        const u32 m0 = f2h2(1024.f + bf_lo(zc[u]), 1024.f + bf_lo(zc[u]));
+        const u32 m1 = f2h2(1024.f + 16.f * bf_hi(zc[u]), 1024.f + 16.f * bf_hi(zc[u]));
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        const uint4* xp = xs4 + (2 * (Gu - g0)) * 8 + tq * 2;
+#pragma unroll
+        for (int blk = 0; blk < 2; blk++) {
+          const uint4 xa = xp[blk * 8], xb = xp[blk * 8 + 1];
+          const u32 q[4] = {w[u][blk].x, w[u][blk].y, w[u][blk].z, w[u][blk].w};
+          const u32 bx[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            const u32 qh = q[j] >> 8;
+            mma(c, hsub2(magic(q[j], 0x000F000Fu), m0), hsub2(magic(q[j], 0x00F000F0u), m1),
+                hsub2(magic(qh, 0x000F000Fu), m0), hsub2(magic(qh, 0x00F000F0u), m1), bx[2 * j], bx[2 * j + 1]);
+          }
+        }
+        y0 += bf_lo(sc[u]) * c[0];
+        y1 += bf_hi(sc[u]) * 0.0625f * c[2];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      w[u][0] = wn[u][0]; w[u][1] = wn[u][1]; sc[u] = sn[u]; zc[u] = zn[u];
+    }
+  }
+#if PDL
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  if (tq == 0) {  // every column of the product holds the same sums (B repeats x): lane (g, 0) writes its rows
+    red[warp * 16 + g] = y0;
+    red[warp * 16 + g + 8] = y1;
+  }
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    const int i = threadIdx.x;
+    float v[RT];
+#pragma unroll
+    for (int t = 0; t < RT; t++) {
+      v[t] = 0.f;
+      for (int s = 0; s < NKS; s++) v[t] += red[(s * RT + t) * 16 + i];
+      v[t] *= rinv;
+#if BIAS
+      if (blockIdx.y == 0) v[t] += B[(t == 0 ? blockIdx.x : blockIdx.x + NT / 2) * 16 + i];
+#endif
+    }
+    const int row = blockIdx.x * 16 + i;
+#if GLU
+    const float out = v[0] / (1.f + expf(-v[0])) * v[1];
+#else
+    const float out = v[0];
+#endif
+#if ATOMIC
+    atomicAdd((float*)Y + row, out);
+#elif ACC
+    ((float*)Y)[row] += out;
+#elif YBF16
+    u32 bits;
+    asm("{ .reg .b16 h; cvt.rn.bf16.f32 h, %1; mov.b32 %0, {h, h}; }" : "=r"(bits) : "f"(out));
+    ((unsigned short*)Y)[row] = (unsigned short)bits;
+#else
+    ((float*)Y)[row] = out;
+#endif
+  }
+}
+"""
+
+# (warps a block, groups in flight a warp, splits) tried per shape; splits only where the output is added in place
+CONFIGS = [(4, 1, 1), (4, 2, 1), (8, 1, 1), (8, 2, 1), (8, 4, 1), (16, 1, 1), (16, 2, 1),
+           (4, 2, 2), (8, 2, 2), (8, 1, 4), (8, 2, 4), (4, 2, 4), (8, 1, 8)]
+
+
+class _LaunchAttr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttr)), ("nattrs", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+_MAX_DYNAMIC_SHARED = 8  # CUfunction_attribute
+
+
+def unavailable(device: torch.device) -> str | None:
+    """Why the CUDA GEMV cannot run on `device` (one line), or None: it needs a CUDA GPU of compute capability 8.0
+    or newer (mma.m16n8k16, cvt.f16x2) and NVRTC, which CUDA builds of torch bring."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return "no CUDA GPU (the int4 CUDA GEMV runs on NVIDIA GPUs; the Triton interpreter and torch serve the CPU)"
+    if torch.version.cuda is None:
+        return "this torch has no CUDA runtime"
+    if torch.cuda.get_device_capability(device) < (8, 0):
+        return "the int4 CUDA GEMV needs compute capability 8.0 or newer (tensor-core mma.m16n8k16)"
+    try:
+        _kernel(device.index if device.index is not None else torch.cuda.current_device(), _flags(), CONFIGS[0])
+    except (OSError, RuntimeError) as e:
+        return f"NVRTC could not build the int4 CUDA GEMV: {str(e).splitlines()[0]}"
+    return None
+
+
+def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0) -> tuple:
+    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl
+
+
+def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
+    """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90")."""
+    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl = flags
+    warps, ahead, _ = config
+    defines = dict(WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic,
+                   XBF16=xbf16, YBF16=ybf16, PDL=pdl)
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
+                                                                             defines.items()]
+    nvrtc = torch.cuda._utils._get_gpu_rtc_library()
+    prog = ctypes.c_void_p()
+    _nvrtc_ok(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), SOURCE.encode(), b"int4_gemv.cu", 0, None, None))
+    try:
+        arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        if nvrtc.nvrtcCompileProgram(prog, len(opts), arr) != 0:
+            size = ctypes.c_size_t()
+            nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise RuntimeError(f"NVRTC failed for {defines}:\n{log.value.decode()}")
+        size = ctypes.c_size_t()
+        _nvrtc_ok(nvrtc, nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size)))
+        cubin = ctypes.create_string_buffer(size.value)
+        _nvrtc_ok(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin))
+        return cubin.raw
+    finally:
+        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def _nvrtc_ok(nvrtc, code: int) -> None:
+    if code != 0:
+        nvrtc.nvrtcGetErrorString.restype = ctypes.c_char_p
+        raise RuntimeError(f"NVRTC error {code}: {nvrtc.nvrtcGetErrorString(code)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(device_index: int, flags: tuple, config: tuple):
+    major, minor = torch.cuda.get_device_capability(device_index)
+    with torch.cuda.device(device_index):
+        cubin = compile_source(flags, config, f"sm_{major}{minor}")
+        return torch.cuda._utils._cuda_load_module(cubin, ["int4_gemv"])["int4_gemv"]
+
+
+def shared_bytes(k: int, config: tuple) -> int:
+    """Dynamic shared memory of one block: partial sums (warps x 16 + 32 floats) and the block's fp16 inputs."""
+    warps, _, split = config
+    groups = -(-(k // F.GROUP) // split)
+    return (warps * 4 + 8) * 16 + groups * F.GROUP * 2
+
+
+def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
+           glu=False, acc=False, pdl=0) -> None:
+    """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
+    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
+    warps, _, split = config
+    flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
+                   int(y.dtype == torch.bfloat16), pdl)
+    dev = words.device.index
+    kern = _kernel(dev, flags, config)
+    smem = shared_bytes(k, config)
+    if smem > 48 * 1024 and kern._max_shared_mem_bytes < smem:
+        kern.set_shared_memory_config(smem)
+    dummy = ctypes.c_void_p(y.data_ptr())
+    ptrs = [ctypes.c_void_p(t.data_ptr()) if t is not None else dummy
+            for t in (words, scales, zeros, x, norm_w, bias, y)]
+    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps)]
+    args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+    tiles = n // F.TILE
+    cfg = _LaunchConfig()
+    cfg.grid[:] = (tiles // 2 if glu else tiles, split, 1)
+    cfg.block[:] = (warps * 32, 1, 1)
+    cfg.shared = smem
+    cfg.stream = torch.cuda.current_stream(words.device).cuda_stream
+    attr = _LaunchAttr()
+    if pdl:
+        attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
+        ctypes.memmove(attr.value, ctypes.byref(ctypes.c_int(1)), 4)
+        cfg.attrs, cfg.nattrs = ctypes.pointer(attr), 1
+    libcuda = torch.cuda._utils._get_gpu_runtime_library()
+    torch.cuda._utils._check_cuda(libcuda.cuLaunchKernelEx(ctypes.byref(cfg), kern.func, args, None))
+
+
+_BEST: dict = {}  # (device, shape, switches) -> the tuned config
+last_config = None  # the tuned config of the latest call (the bench prints it)
+
+
+def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
+    """CONFIGS that fit the shape: every warp has a group to read, splits only for an in-place plain GEMV, shared
+    memory within the device's opt-in limit (checked at launch)."""
+    groups = k // F.GROUP
+    out = []
+    for warps, ahead, split in CONFIGS:
+        slices = warps // (2 if glu else 1)
+        if split > 1 and not split_ok or groups // split < slices:
+            continue
+        out.append((warps, ahead, split))
+    return out or [(2 if glu else 1, 1, 1)]
+
+
+def gemv(words, x, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, residual=None, glu=False, out=None,
+         config=None, pdl=0):
+    """y = W p(x) (+ bias) (+ residual | glu) for `mma`-layout int4 weights: kernels.tri_gemv's contract (fp32 out by
+    default; `out` bf16 allowed for a plain product). The launch config is tuned once per shape (cold L2, in a CUDA
+    graph) unless given."""
+    n, k = words.shape[0] * F.TILE, words.shape[1] // 2
+    if glu and (n % 32 or residual is not None):
+        raise ValueError("glu takes gate then up rows, a multiple of 32 in all, and no residual")
+    y = out if out is not None else torch.empty(n // 2 if glu else n, device=words.device, dtype=torch.float32)
+    acc = residual is not None
+    if acc and residual is not y:
+        y.copy_(residual)
+    if norm_w is not None and norm_w.dtype != torch.float32:
+        norm_w = norm_w.float()
+    if bias is not None and bias.dtype != torch.float32:
+        bias = bias.float()
+    if x.dtype not in (torch.float32, torch.bfloat16):
+        x = x.float()
+    kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
+              pdl=pdl)
+    if config is None:
+        key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
+        if key not in _BEST:
+            _BEST[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu), kw)
+        config = _BEST[key]
+        global last_config
+        last_config = config
+    elif config[2] > 1 and not (acc and not pro and not glu):
+        raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
+    launch(words, x, y, config=config, **kw)
+    return y
+
+
+def _tune(words, x, y, candidates: list[tuple], kw: dict) -> tuple:
+    """The fastest candidate as a decode step sees it (kernels._cold_bench: L2 evicted before each call, in a CUDA
+    graph); y (which may hold the residual) is restored after."""
+    from floorline.native.kernels import _cold_bench
+
+    if len(candidates) == 1:
+        return candidates[0]
+    keep = y.clone()
+    times = {c: _cold_bench(lambda c=c: launch(words, x, y, config=c, **kw))[0] for c in candidates}
+    y.copy_(keep)
+    return min(times, key=times.get)

@@ -1,0 +1,100 @@
+"""floorline's int4 format by hand on small shapes (CPU): both layouts hold the same codes, scales and zeros in the
+same bytes; the `mma` layout puts each code where mma.m16n8k16's A fragment wants it; the CUDA GEMV's source and
+its refusal where it cannot run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from floorline.native import int4_format as F
+from floorline.quant import int4
+
+GEN = torch.Generator().manual_seed(3)
+
+
+def _case(n=32, k=256):
+    codes = torch.randint(0, 16, (n, k), generator=GEN)
+    s = torch.rand(n, k // F.GROUP, generator=GEN).to(torch.bfloat16)
+    z = torch.randint(0, 16, (n, k // F.GROUP), generator=GEN).to(torch.bfloat16)
+    return codes, s, z
+
+
+@pytest.mark.parametrize("layout", F.LAYOUTS)
+def test_both_layouts_round_trip_in_the_same_bytes(layout):
+    codes, s, z = _case()
+    words, ts, tz = F.pack(codes, s, z, layout)
+    c2, s2, z2 = F.codes_of(words, ts, tz, layout)
+    assert torch.equal(c2.long(), codes) and torch.equal(s2, s) and torch.equal(z2, z)
+    # 4 bits a weight and 2 + 2 bytes a group of 128, as floor.py counts the format
+    assert words.numel() * 4 == 32 * 256 // 2 and (ts.numel() + tz.numel()) * 2 == 32 * 2 * 4
+    want = (codes.float() - z.float().repeat_interleave(128, 1)) * s.float().repeat_interleave(128, 1)
+    assert torch.equal(F.dequant(words, ts, tz, layout), want)
+
+
+def test_mma_layout_puts_each_code_in_its_tensor_core_fragment():
+    """Decode the words as the CUDA kernel does (lane (g, t), word j; LOP3 masks 0x000F000F / 0x00F000F0 on the word
+    and on word >> 8 give fragments a0..a3 of mma.m16n8k16: rows g / g+8, inputs 2t, 2t+1 / 2t+8, 2t+9 of step j)."""
+    codes, s, z = _case(32, 256)
+    words, ts, _ = F.pack(codes, s, z, "mma")
+    seen = torch.full_like(codes, -1)
+    wv = words.reshape(2, 4, 32, 4)  # tile, 64-input block, lane, word
+    for t in range(2):
+        for b in range(4):
+            for lane in range(32):
+                g, tq = lane >> 2, lane & 3
+                for j in range(4):
+                    word = int(wv[t, b, lane, j]) & 0xFFFFFFFF
+                    nib = [(word >> 4 * i) & 0xF for i in range(8)]
+                    k0, r0, r1 = 64 * b + 16 * j + 2 * tq, 16 * t + g, 16 * t + g + 8
+                    for (row, col), v in {(r0, k0): nib[0], (r0, k0 + 1): nib[4], (r1, k0): nib[1],
+                                          (r1, k0 + 1): nib[5], (r0, k0 + 8): nib[2], (r0, k0 + 9): nib[6],
+                                          (r1, k0 + 8): nib[3], (r1, k0 + 9): nib[7]}.items():
+                        seen[row, col] = v
+    assert torch.equal(seen, codes)
+    pairs = ts.reshape(2, 2, 8, 2)  # tile, group, lane g, (row g, row g+8): one 32-bit load a lane
+    for t in range(2):
+        for g in range(8):
+            assert torch.equal(pairs[t, :, g, 0], s[16 * t + g]) and torch.equal(pairs[t, :, g, 1], s[16 * t + g + 8])
+
+
+def test_rows_layout_keeps_its_documented_bits():
+    codes, s, z = _case(3 * 16, 256)
+    words = F.pack(codes, s, z, "rows")[0]
+    word = int(words[1, 16 + 5]) & 0xFFFFFFFF  # row 1, group 1, word 5: inputs 128 + 16 j + 5
+    assert [(word >> 4 * j) & 0xF for j in range(8)] == [int(codes[1, 128 + 16 * j + 5]) for j in range(8)]
+
+
+def test_stacking_tiles_is_stacking_rows():
+    """Fusing q/k/v or gate/up concatenates along dim 0: in the `mma` layout, whole 16-row tiles."""
+    a, b = _case(32, 128), _case(16, 128)
+    packed = [F.pack(*x, "mma") for x in (a, b)]
+    cat = [torch.cat([p[i] for p in packed]) for i in range(3)]
+    want = torch.cat([F.dequant(*p, "mma") for p in packed])
+    assert torch.equal(F.dequant(*cat, "mma"), want)
+
+
+def test_mma_layout_refuses_shapes_off_its_tiles():
+    codes, s, z = _case(24, 256)
+    assert "multiple of 16" in F.mma_fits(24, 256)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        F.pack(codes, s, z, "mma")
+
+
+def test_the_cpu_takes_the_rows_layout_and_says_why_not_the_cuda_gemv():
+    from floorline.native import int4_cuda
+
+    assert int4.layout_for(torch.device("cpu"), 64, 256) == "rows"
+    why = int4_cuda.unavailable(torch.device("cpu"))
+    assert why and "GPU" in why
+
+
+def test_cuda_gemv_source_compiles_where_nvrtc_exists():
+    from floorline.native import int4_cuda
+
+    if not torch.cuda.is_available():
+        pytest.skip("NVRTC comes with CUDA builds of torch; this machine has no CUDA GPU (compiled in gpu_check.sh)")
+    major, minor = torch.cuda.get_device_capability()
+    for flags in [int4_cuda._flags(), int4_cuda._flags(pro=1, glu=1, bias=1, pdl=1),
+                  int4_cuda._flags(acc=1, atomic=1, xbf16=1)]:
+        assert len(int4_cuda.compile_source(flags, (8, 2, 1), f"sm_{major}{minor}")) > 1000
