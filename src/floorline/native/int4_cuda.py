@@ -15,8 +15,9 @@ t), y += W x in place (the residual stream), split-K over blocks with fp32 atomi
 Launch parameters (warps a block, groups in flight a warp, splits) are tuned per shape with floorline's cold-L2
 graph timer before a CUDA graph is captured. Programmatic dependent launch: a block issues its first weight loads,
 then waits for the previous kernel (griddepcontrol), as the Triton kernels do.
-Numerics: inputs rounded to fp16 (relative 2^-11; a value beyond 65504 would overflow, far past any normalised or
-activation input seen), products and sums in fp32.
+Numerics: each input is split into two fp16 halves, hi + lo (about 22 bits), fed as columns 0 and 1 of the product's
+B operand (mma.m16n8k16 computes 8 columns; batch 1 uses 2 of them at no extra instruction); products and sums in
+fp32. An input beyond fp16's 65504 would overflow (far past any normalised or activation input seen).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ __device__ __forceinline__ u32 f2h2(float lo, float hi) {
   u32 r;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+__device__ __forceinline__ void split_h2(float a, float b, u32& hi, u32& lo) {  // a, b = fp16 hi + fp16 lo
+  hi = f2h2(a, b);
+  float ah, bh;
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(ah), "=f"(bh) : "r"(hi));
+  lo = f2h2(a - ah, b - bh);
 }
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // weights: read once, no L1 allocation
   uint4 r;
@@ -104,8 +111,8 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #if PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  float rinv = 1.f;
 #if PRO
+  float rinv;
   {  // 1/rms of the raw input, over all of it (every block)
     float ss = 0.f;
     for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) {
@@ -120,9 +127,11 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
     rinv = rsqrtf(ss / K + eps);
   }
 #endif
-  {  // the block's groups of x -> fp16 (normalised) in shared memory; input k of local 64-block b, kk = k % 64:
-     // half b*64 + t*16 + j*4 + u*2 + o for kk = 16j + 8u + 2t + o (lane t's B fragments of steps 0..3 in a row)
+  {  // the block's groups of x -> fp16 (normalised) in shared memory, as hi + lo (two fp16 halves: x to ~22 bits,
+     // the lo part in the product's column 1); input k of local 64-block b, kk = k % 64: half b*64 + t*16 + j*4 +
+     // u*2 + o for kk = 16j + 8u + 2t + o (lane t's B fragments of steps 0..3 in a row)
     u32* xs = (u32*)xs4;
+    u32* xl = xs + (g1 - g0) * 64;
     for (int i = threadIdx.x; i < (g1 - g0) * 32; i += WARPS * 32) {
       const int kl = 4 * i, k4 = g0 * 32 + i;
       float4 v = load_x(X, k4);
@@ -132,8 +141,8 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #endif
       const int b = kl >> 6, kk = kl & 63, j = kk >> 4, rr = kk & 15, up = rr >> 3, t0 = (rr & 7) >> 1;
       const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
-      xs[h >> 1] = f2h2(v.x, v.y);
-      xs[(h + 16) >> 1] = f2h2(v.z, v.w);
+      split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
+      split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
     }
   }
   __syncthreads();
@@ -160,7 +169,8 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
         const u32 m0 = f2h2(1024.f + bf_lo(zc[u]), 1024.f + bf_lo(zc[u]));
         const u32 m1 = f2h2(1024.f + 16.f * bf_hi(zc[u]), 1024.f + 16.f * bf_hi(zc[u]));
         float c[4] = {0.f, 0.f, 0.f, 0.f};
-        const uint4* xp = xs4 + (2 * (Gu - g0)) * 8 + tq * 2;
+        // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi
+        const uint4* xp = xs4 + (g == 1 ? (g1 - g0) * 16 : 0) + (2 * (Gu - g0)) * 8 + tq * 2;
 #pragma unroll
         for (int blk = 0; blk < 2; blk++) {
           const uint4 xa = xp[blk * 8], xb = xp[blk * 8 + 1];
@@ -173,8 +183,8 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
                 hsub2(magic(qh, 0x000F000Fu), m0), hsub2(magic(qh, 0x00F000F0u), m1), bx[2 * j], bx[2 * j + 1]);
           }
         }
-        y0 += bf_lo(sc[u]) * c[0];
-        y1 += bf_hi(sc[u]) * 0.0625f * c[2];
+        y0 += bf_lo(sc[u]) * (c[0] + c[1]);  // lane (g, 0): rows g, g + 8 x columns 0 (hi), 1 (lo)
+        y1 += bf_hi(sc[u]) * 0.0625f * (c[2] + c[3]);
       }
     }
 #pragma unroll
@@ -185,7 +195,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #if PDL
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
-  if (tq == 0) {  // every column of the product holds the same sums (B repeats x): lane (g, 0) writes its rows
+  if (tq == 0) {  // lane (g, 0) holds its rows' sums
     red[warp * 16 + g] = y0;
     red[warp * 16 + g + 8] = y1;
   }
@@ -196,8 +206,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #pragma unroll
     for (int t = 0; t < RT; t++) {
       v[t] = 0.f;
-      for (int s = 0; s < NKS; s++) v[t] += red[(s * RT + t) * 16 + i];
-      v[t] *= rinv;
+      for (int s = 0; s < NKS; s++) v[t] += red[(s * RT + t) * 16 + i];  // (the inputs were normalised already)
 #if BIAS
       if (blockIdx.y == 0) v[t] += B[(t == 0 ? blockIdx.x : blockIdx.x + NT / 2) * 16 + i];
 #endif
@@ -221,15 +230,172 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #endif
   }
 }
+
+// FLAT: one warp owns whole row blocks (a tile; with GLU the gate tile and its up tile) over all of K, no cross-warp
+// sums and no block barrier after the prologue; a block's warps take row blocks wg, wg + all warps, ... and load
+// U groups ahead across row-block boundaries. For the matrices with many rows (gate_up): one wave of blocks, one
+// input prologue per block instead of one per tile.
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
+               const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
+               void* Y, int N, int K, float eps) {
+  extern __shared__ uint4 smem4[];
+  float* red = (float*)smem4;
+  uint4* xs4 = smem4 + 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+  const int NT = N / 16, NG = K / 128, KB = K / 64, NRB = RT == 2 ? NT / 2 : NT;
+  const int TW = gridDim.x * WARPS, wg = blockIdx.x * WARPS + warp;
+  const int items = wg < NRB ? ((NRB - 1 - wg) / TW + 1) * NG : 0;  // (row block, group) pairs of this warp
+
+  uint4 w[U][RT][2];
+  u32 sc[U][RT], zc[U][RT];
+#define FLAT_LOAD(wv, sv, zv, j)                                                              \
+  {                                                                                           \
+    const int rb_ = wg + (j) / NG * TW, G_ = (j) % NG;                                        \
+    _Pragma("unroll") for (int r = 0; r < RT; r++) {                                          \
+      const int t_ = r ? rb_ + NT / 2 : rb_;                                                  \
+      const uint4* p_ = W + ((size_t)t_ * KB + 2 * G_) * 32 + lane;                           \
+      wv[r][0] = ld_stream(p_);                                                               \
+      wv[r][1] = ld_stream(p_ + 32);                                                          \
+      sv[r] = S[((size_t)t_ * NG + G_) * 8 + g];                                              \
+      zv[r] = Z[((size_t)t_ * NG + G_) * 8 + g];                                              \
+    }                                                                                         \
+  }
+#pragma unroll
+  for (int u = 0; u < U; u++)
+    if (u < items) FLAT_LOAD(w[u], sc[u], zc[u], u);
+#if PDL
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#if PRO
+  float rinv;
+  {
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) {
+      float4 v = load_x(X, i);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    ss = 0.f;
+    for (int i = 0; i < WARPS; i++) ss += red[i];
+    rinv = rsqrtf(ss / K + eps);
+  }
+#endif
+  {
+    u32* xs = (u32*)xs4;
+    u32* xl = xs + NG * 64;
+    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) {
+      const int kl = 4 * i;
+      float4 v = load_x(X, i);
+#if PRO
+      const float4 nw = ((const float4*)NW)[i];
+      v.x *= nw.x * rinv; v.y *= nw.y * rinv; v.z *= nw.z * rinv; v.w *= nw.w * rinv;
+#endif
+      const int b = kl >> 6, kk = kl & 63, j = kk >> 4, rr = kk & 15, up = rr >> 3, t0 = (rr & 7) >> 1;
+      const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
+      split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
+      split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
+    }
+  }
+  __syncthreads();
+  const uint4* xbase = xs4 + (g == 1 ? NG * 16 : 0) + tq * 2;
+  float y[RT][2];
+#pragma unroll
+  for (int r = 0; r < RT; r++) y[r][0] = y[r][1] = 0.f;
+  for (int j = 0; j < items; j += U) {
+    uint4 wn[U][RT][2];
+    u32 sn[U][RT], zn[U][RT];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (j + U + u < items) FLAT_LOAD(wn[u], sn[u], zn[u], j + U + u);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (j + u < items) {
+        const int G = (j + u) % NG;
+        const uint4* xp = xbase + 2 * G * 8;
+        const uint4 xa0 = xp[0], xb0 = xp[1], xa1 = xp[8], xb1 = xp[9];
+        const u32 bx[2][8] = {{xa0.x, xa0.y, xa0.z, xa0.w, xb0.x, xb0.y, xb0.z, xb0.w},
+                              {xa1.x, xa1.y, xa1.z, xa1.w, xb1.x, xb1.y, xb1.z, xb1.w}};
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+          const u32 m0 = f2h2(1024.f + bf_lo(zc[u][r]), 1024.f + bf_lo(zc[u][r]));
+          const u32 m1 = f2h2(1024.f + 16.f * bf_hi(zc[u][r]), 1024.f + 16.f * bf_hi(zc[u][r]));
+          float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+          for (int blk = 0; blk < 2; blk++) {
+            const u32 q[4] = {w[u][r][blk].x, w[u][r][blk].y, w[u][r][blk].z, w[u][r][blk].w};
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+              const u32 qh = q[s] >> 8;
+              mma(c, hsub2(magic(q[s], 0x000F000Fu), m0), hsub2(magic(q[s], 0x00F000F0u), m1),
+                  hsub2(magic(qh, 0x000F000Fu), m0), hsub2(magic(qh, 0x00F000F0u), m1), bx[blk][2 * s],
+                  bx[blk][2 * s + 1]);
+            }
+          }
+          y[r][0] += bf_lo(sc[u][r]) * (c[0] + c[1]);
+          y[r][1] += bf_hi(sc[u][r]) * 0.0625f * (c[2] + c[3]);
+        }
+        if (G == NG - 1) {  // the row block is complete: lane (g, 0) writes rows g and g + 8
+          const int rb = wg + (j + u) / NG * TW;
+          if (tq == 0) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              const int row = rb * 16 + g + 8 * h;
+              float v[RT];
+#pragma unroll
+              for (int r = 0; r < RT; r++) {
+                v[r] = y[r][h];
+#if BIAS
+                v[r] += B[r ? row + N / 2 : row];
+#endif
+              }
+#if GLU
+              const float out = v[0] / (1.f + expf(-v[0])) * v[1];
+#else
+              const float out = v[0];
+#endif
+#if ACC
+              ((float*)Y)[row] += out;
+#elif YBF16
+              u32 bits;
+              asm("{ .reg .b16 h; cvt.rn.bf16.f32 h, %1; mov.b32 %0, {h, h}; }" : "=r"(bits) : "f"(out));
+              ((unsigned short*)Y)[row] = (unsigned short)bits;
+#else
+              ((float*)Y)[row] = out;
+#endif
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < RT; r++) y[r][0] = y[r][1] = 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+      for (int r = 0; r < RT; r++) {
+        w[u][r][0] = wn[u][r][0]; w[u][r][1] = wn[u][r][1]; sc[u][r] = sn[u][r]; zc[u][r] = zn[u][r];
+      }
+  }
+#if PDL
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
 """
 
-# (warps a block, groups in flight a warp, splits) tried per shape; splits only where the output is added in place
-CONFIGS = [(4, 1, 1), (4, 2, 1), (8, 1, 1), (8, 2, 1), (8, 4, 1), (16, 1, 1), (16, 2, 1),
-           (4, 2, 2), (8, 2, 2), (8, 1, 4), (8, 2, 4), (4, 2, 4), (8, 1, 8)]
+# (warps a block, groups in flight a warp, splits, row blocks a warp) tried per shape. Row blocks a warp = 0: the
+# kernel int4_gemv (a block's warps share its row block's groups; splits > 1 split K over blocks, only where the
+# output is added in place); > 0: int4_gemv_flat (a warp owns whole row blocks; for matrices with many rows)
+CONFIGS = [(4, 1, 1, 0), (4, 2, 1, 0), (8, 1, 1, 0), (8, 2, 1, 0), (8, 4, 1, 0), (16, 1, 1, 0), (16, 2, 1, 0),
+           (4, 2, 2, 0), (8, 2, 2, 0), (8, 1, 4, 0), (8, 2, 4, 0), (4, 2, 4, 0), (8, 1, 8, 0),
+           (4, 2, 1, 1), (8, 2, 1, 1), (4, 4, 1, 1), (4, 2, 1, 2), (8, 2, 1, 2), (4, 2, 1, 3)]
 
 
 class _LaunchAttr(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+    # CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte union (ints: a c_char array field would read as a copy)
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_int * 16)]
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -264,7 +430,7 @@ def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0) -> tu
 def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90")."""
     pro, glu, bias, acc, atomic, xbf16, ybf16, pdl = flags
-    warps, ahead, _ = config
+    warps, ahead = config[:2]
     defines = dict(WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic,
                    XBF16=xbf16, YBF16=ybf16, PDL=pdl)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
@@ -300,21 +466,23 @@ def _kernel(device_index: int, flags: tuple, config: tuple):
     major, minor = torch.cuda.get_device_capability(device_index)
     with torch.cuda.device(device_index):
         cubin = compile_source(flags, config, f"sm_{major}{minor}")
-        return torch.cuda._utils._cuda_load_module(cubin, ["int4_gemv"])["int4_gemv"]
+        name = "int4_gemv_flat" if config[3] else "int4_gemv"
+        return torch.cuda._utils._cuda_load_module(cubin, [name])[name]
 
 
 def shared_bytes(k: int, config: tuple) -> int:
-    """Dynamic shared memory of one block: partial sums (warps x 16 + 32 floats) and the block's fp16 inputs."""
-    warps, _, split = config
+    """Dynamic shared memory of one block: partial sums (warps x 16 + 32 floats) and the block's inputs as two fp16
+    halves (hi, lo)."""
+    warps, _, split, flat = config
     groups = -(-(k // F.GROUP) // split)
-    return (warps * 4 + 8) * 16 + groups * F.GROUP * 2
+    return (8 if flat else warps * 4 + 8) * 16 + 2 * groups * F.GROUP * 2
 
 
 def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
            glu=False, acc=False, pdl=0) -> None:
     """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
     (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
-    warps, _, split = config
+    warps, _, split, flat = config
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
                    int(y.dtype == torch.bfloat16), pdl)
     dev = words.device.index
@@ -327,16 +495,16 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
             for t in (words, scales, zeros, x, norm_w, bias, y)]
     vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps)]
     args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
-    tiles = n // F.TILE
+    blocks = n // F.TILE // (2 if glu else 1)  # row blocks: tiles, or gate/up tile pairs
     cfg = _LaunchConfig()
-    cfg.grid[:] = (tiles // 2 if glu else tiles, split, 1)
+    cfg.grid[:] = (-(-blocks // (warps * flat)) if flat else blocks, split, 1)
     cfg.block[:] = (warps * 32, 1, 1)
     cfg.shared = smem
     cfg.stream = torch.cuda.current_stream(words.device).cuda_stream
     attr = _LaunchAttr()
     if pdl:
         attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
-        ctypes.memmove(attr.value, ctypes.byref(ctypes.c_int(1)), 4)
+        attr.value[0] = 1  # programmaticStreamSerializationAllowed
         cfg.attrs, cfg.nattrs = ctypes.pointer(attr), 1
     libcuda = torch.cuda._utils._get_gpu_runtime_library()
     torch.cuda._utils._check_cuda(libcuda.cuLaunchKernelEx(ctypes.byref(cfg), kern.func, args, None))
@@ -349,14 +517,16 @@ last_config = None  # the tuned config of the latest call (the bench prints it)
 def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
     """CONFIGS that fit the shape: every warp has a group to read, splits only for an in-place plain GEMV, shared
     memory within the device's opt-in limit (checked at launch)."""
-    groups = k // F.GROUP
+    groups, blocks = k // F.GROUP, n // F.TILE // (2 if glu else 1)
     out = []
-    for warps, ahead, split in CONFIGS:
+    for warps, ahead, split, flat in CONFIGS:
         slices = warps // (2 if glu else 1)
-        if split > 1 and not split_ok or groups // split < slices:
+        if split > 1 and not split_ok or not flat and groups // split < slices:
             continue
-        out.append((warps, ahead, split))
-    return out or [(2 if glu else 1, 1, 1)]
+        if flat and blocks < 4 * warps * flat:  # a flat grid needs row blocks for many warps
+            continue
+        out.append((warps, ahead, split, flat))
+    return out or [(2 if glu else 1, 1, 1, 0)]
 
 
 def gemv(words, x, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, residual=None, glu=False, out=None,
@@ -386,7 +556,7 @@ def gemv(words, x, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, re
         config = _BEST[key]
         global last_config
         last_config = config
-    elif config[2] > 1 and not (acc and not pro and not glu):
+    elif config[2] > 1 and not (acc and not pro and not glu) or config[2] > 1 and config[3]:
         raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
     launch(words, x, y, config=config, **kw)
     return y
