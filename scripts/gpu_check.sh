@@ -74,6 +74,15 @@ for stage in "${stages[@]}"; do
           | grep -v "^  " | tee "$OUT/int4_sweep_$m.log"
       done
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log" ;;
+    int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies)
+      for sc in "gate_up 8,2,1,0" "gate_up 4,2,1,1" "down 4,2,4,0" "qkv 8,1,1,0"; do
+        set -- $sc
+        ncu --clock-control none -k regex:int4_gemv --launch-skip 6 --launch-count 1 --section SpeedOfLight \
+          --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
+          --metrics smsp__inst_executed.sum,dram__bytes_read.sum \
+          python3 -m floorline.native.bench --only "$1" --int4-config "$2" > "$OUT/ncu_$1_$2.txt" 2>&1
+        echo "== ncu $1 $2"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed|dram__bytes|Stall|Block Limit" "$OUT/ncu_$1_$2.txt" | head -30
+      done ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"

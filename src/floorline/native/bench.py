@@ -69,6 +69,8 @@ def main(argv=None) -> int:
                    help="time every int4 GEMV launch config (CUDA) and, with --triton-tiles, every Triton tile of "
                         "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
     p.add_argument("--triton-tiles", action="store_true", help="with --gemv-sweep: the Triton tiles too")
+    p.add_argument("--only", default=None, help="GEMV shapes whose name contains this (e.g. gate_up); no attention")
+    p.add_argument("--int4-config", default=None, help="fix the int4 CUDA launch config: warps,ahead,splits,flat")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)
@@ -77,6 +79,12 @@ def main(argv=None) -> int:
               "gate_up (norm, silu*up)": (2 * a.intermediate, a.hidden, K.PRO_RMSNORM),
               "down (+res)": (a.hidden, a.intermediate, K.PRO_NONE),
               "lm_head (norm)": (a.vocab, a.hidden, K.PRO_RMSNORM)}
+    if args.only:
+        shapes = {k: v for k, v in shapes.items() if args.only in k}
+    if args.int4_config:
+        from floorline.native import int4_cuda
+
+        int4_cuda.FIXED = tuple(int(v) for v in args.int4_config.split(","))
     if args.gemv_sweep:
         return _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, args.json, args.triton_tiles)
     rows = []
@@ -115,7 +123,7 @@ def main(argv=None) -> int:
                 row["cublas_gbps"] = nbytes / cub / 1e3
             rows.append(row)
             del ops
-    for ctx in (2048, 16384):
+    for ctx in () if args.only else (2048, 16384):
         tiles = [(None, None, None)]  # the defaults, then (with --attn-sweep) chunk x tile x warps
         if args.attn_sweep:
             tiles += [(c, t, w) for c in (32, 64, 128, 256) for t in (32, 64, 128) for w in (4, 8) if t <= c]

@@ -512,6 +512,7 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
 
 _BEST: dict = {}  # (device, shape, switches) -> the tuned config
 last_config = None  # the tuned config of the latest call (the bench prints it)
+FIXED = None  # a config that replaces tuning (bench --int4-config, for Nsight Compute)
 
 
 def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
@@ -549,15 +550,16 @@ def gemv(words, x, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, re
         x = x.float()
     kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
               pdl=pdl)
+    config = config or FIXED
     if config is None:
         key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
             _BEST[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu), kw)
         config = _BEST[key]
-        global last_config
-        last_config = config
     elif config[2] > 1 and not (acc and not pro and not glu) or config[2] > 1 and config[3]:
         raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
+    global last_config
+    last_config = config
     launch(words, x, y, config=config, **kw)
     return y
 
