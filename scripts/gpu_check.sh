@@ -77,7 +77,7 @@ for stage in "${stages[@]}"; do
     int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies)
       for sc in "gate_up 8,2,1,0" "gate_up 4,2,1,1" "down 4,2,4,0" "qkv 8,1,1,0"; do
         set -- $sc
-        ncu --clock-control none -k regex:int4_gemv --launch-skip 6 --launch-count 1 --section SpeedOfLight \
+        ncu --clock-control none -k regex:int4_gemv --launch-skip 2 --launch-count 1 --section SpeedOfLight \
           --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
           --metrics smsp__inst_executed.sum,dram__bytes_read.sum \
           python3 -m floorline.native.bench --only "$1" --int4-config "$2" > "$OUT/ncu_$1_$2.txt" 2>&1
