@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 
 import torch
 
@@ -48,12 +49,25 @@ __device__ __forceinline__ u32 f2h2(float lo, float hi) {
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-__device__ __forceinline__ void split_h2(float a, float b, u32& hi, u32& lo) {  // a, b = fp16 hi + fp16 lo
-  hi = f2h2(a, b);
-  float ah, bh;
-  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(ah), "=f"(bh) : "r"(hi));
-  lo = f2h2(a - ah, b - bh);
+__device__ __forceinline__ void h2f2(u32 h, float& a, float& b) {
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(a), "=f"(b) : "r"(h));
 }
+// a, b = fp16 hi + fp16 lo; returns the sum of the four halves as the product will see them
+__device__ __forceinline__ float split_h2(float a, float b, u32& hi, u32& lo) {
+  float ah, bh, al, bl;
+  hi = f2h2(a, b);
+  h2f2(hi, ah, bh);
+  lo = f2h2(a - ah, b - bh);
+  h2f2(lo, al, bl);
+  return (ah + al) + (bh + bl);
+}
+// a fragment pair of codes: SUMZ 0: (1024 + c) - (1024 + z) = c - z exactly, by one packed subtraction;
+// SUMZ 1: 1024 + c as it is, the offset (1024 + z) * sum(x) of the group taken off the fp32 sums once per group
+#if SUMZ
+#define FRAG(q, mask, m) magic(q, mask)
+#else
+#define FRAG(q, mask, m) hsub2(magic(q, mask), m)
+#endif
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // weights: read once, no L1 allocation
   uint4 r;
   asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -132,6 +146,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
      // u*2 + o for kk = 16j + 8u + 2t + o (lane t's B fragments of steps 0..3 in a row)
     u32* xs = (u32*)xs4;
     u32* xl = xs + (g1 - g0) * 64;
+    float* xsum = (float*)(xl + (g1 - g0) * 64);  // per group: the sum of its inputs (hi + lo)
     for (int i = threadIdx.x; i < (g1 - g0) * 32; i += WARPS * 32) {
       const int kl = 4 * i, k4 = g0 * 32 + i;
       float4 v = load_x(X, k4);
@@ -141,8 +156,10 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #endif
       const int b = kl >> 6, kk = kl & 63, j = kk >> 4, rr = kk & 15, up = rr >> 3, t0 = (rr & 7) >> 1;
       const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
-      split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
-      split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
+      float part = split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
+      part += split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
+      for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);  // a warp's 128 inputs: one group
+      if (lane == 0) xsum[i >> 5] = part;
     }
   }
   __syncthreads();
@@ -169,6 +186,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
         const u32 m0 = f2h2(1024.f + bf_lo(zc[u]), 1024.f + bf_lo(zc[u]));
         const u32 m1 = f2h2(1024.f + 16.f * bf_hi(zc[u]), 1024.f + 16.f * bf_hi(zc[u]));
         float c[4] = {0.f, 0.f, 0.f, 0.f};
+        const float xsg = ((const float*)(xs4 + (g1 - g0) * 32))[Gu - g0];
         // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi
         const uint4* xp = xs4 + (g == 1 ? (g1 - g0) * 16 : 0) + (2 * (Gu - g0)) * 8 + tq * 2;
 #pragma unroll
@@ -179,10 +197,14 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #pragma unroll
           for (int j = 0; j < 4; j++) {
             const u32 qh = q[j] >> 8;
-            mma(c, hsub2(magic(q[j], 0x000F000Fu), m0), hsub2(magic(q[j], 0x00F000F0u), m1),
-                hsub2(magic(qh, 0x000F000Fu), m0), hsub2(magic(qh, 0x00F000F0u), m1), bx[2 * j], bx[2 * j + 1]);
+            mma(c, FRAG(q[j], 0x000F000Fu, m0), FRAG(q[j], 0x00F000F0u, m1), FRAG(qh, 0x000F000Fu, m0),
+                FRAG(qh, 0x00F000F0u, m1), bx[2 * j], bx[2 * j + 1]);
           }
         }
+#if SUMZ
+        c[0] -= (1024.f + bf_lo(zc[u])) * xsg;
+        c[2] -= (1024.f + 16.f * bf_hi(zc[u])) * xsg;
+#endif
         y0 += bf_lo(sc[u]) * (c[0] + c[1]);  // lane (g, 0): rows g, g + 8 x columns 0 (hi), 1 (lo)
         y1 += bf_hi(sc[u]) * 0.0625f * (c[2] + c[3]);
       }
@@ -286,6 +308,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
   {
     u32* xs = (u32*)xs4;
     u32* xl = xs + NG * 64;
+    float* xsum = (float*)(xl + NG * 64);  // per group: the sum of its inputs (hi + lo)
     for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) {
       const int kl = 4 * i;
       float4 v = load_x(X, i);
@@ -295,8 +318,10 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 #endif
       const int b = kl >> 6, kk = kl & 63, j = kk >> 4, rr = kk & 15, up = rr >> 3, t0 = (rr & 7) >> 1;
       const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
-      split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
-      split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
+      float part = split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
+      part += split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
+      for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);  // a warp's 128 inputs: one group
+      if (lane == 0) xsum[i >> 5] = part;
     }
   }
   __syncthreads();
@@ -315,6 +340,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
       if (j + u < items) {
         const int G = (j + u) % NG;
         const uint4* xp = xbase + 2 * G * 8;
+        const float xsg = ((const float*)(xs4 + NG * 32))[G];
         const uint4 xa0 = xp[0], xb0 = xp[1], xa1 = xp[8], xb1 = xp[9];
         const u32 bx[2][8] = {{xa0.x, xa0.y, xa0.z, xa0.w, xb0.x, xb0.y, xb0.z, xb0.w},
                               {xa1.x, xa1.y, xa1.z, xa1.w, xb1.x, xb1.y, xb1.z, xb1.w}};
@@ -329,11 +355,14 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 #pragma unroll
             for (int s = 0; s < 4; s++) {
               const u32 qh = q[s] >> 8;
-              mma(c, hsub2(magic(q[s], 0x000F000Fu), m0), hsub2(magic(q[s], 0x00F000F0u), m1),
-                  hsub2(magic(qh, 0x000F000Fu), m0), hsub2(magic(qh, 0x00F000F0u), m1), bx[blk][2 * s],
-                  bx[blk][2 * s + 1]);
+              mma(c, FRAG(q[s], 0x000F000Fu, m0), FRAG(q[s], 0x00F000F0u, m1), FRAG(qh, 0x000F000Fu, m0),
+                  FRAG(qh, 0x00F000F0u, m1), bx[blk][2 * s], bx[blk][2 * s + 1]);
             }
           }
+#if SUMZ
+          c[0] -= (1024.f + bf_lo(zc[u][r])) * xsg;
+          c[2] -= (1024.f + 16.f * bf_hi(zc[u][r])) * xsg;
+#endif
           y[r][0] += bf_lo(sc[u][r]) * (c[0] + c[1]);
           y[r][1] += bf_hi(sc[u][r]) * 0.0625f * (c[2] + c[3]);
         }
@@ -403,6 +432,9 @@ class _LaunchConfig(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttr)), ("nattrs", ctypes.c_uint)]
 
 
+# how the zero point is taken off: "sum" (default: once per group and row, from the group's input sum, four fewer
+# instructions a code word) or "sub" (a packed fp16 subtraction a fragment pair); FLOORLINE_INT4_ZERO picks
+ZERO_POINT = os.environ.get("FLOORLINE_INT4_ZERO", "sum")
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 _MAX_DYNAMIC_SHARED = 8  # CUfunction_attribute
 
@@ -432,7 +464,7 @@ def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     pro, glu, bias, acc, atomic, xbf16, ybf16, pdl = flags
     warps, ahead = config[:2]
     defines = dict(WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic,
-                   XBF16=xbf16, YBF16=ybf16, PDL=pdl)
+                   XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=int(ZERO_POINT == "sum"))
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
@@ -475,7 +507,7 @@ def shared_bytes(k: int, config: tuple) -> int:
     halves (hi, lo)."""
     warps, _, split, flat = config
     groups = -(-(k // F.GROUP) // split)
-    return (8 if flat else warps * 4 + 8) * 16 + 2 * groups * F.GROUP * 2
+    return (8 if flat else warps * 4 + 8) * 16 + 2 * groups * F.GROUP * 2 + 4 * groups
 
 
 def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
