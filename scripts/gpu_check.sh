@@ -74,6 +74,17 @@ for stage in "${stages[@]}"; do
           | grep -v "^  " | tee "$OUT/int4_sweep_$m.log"
       done
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log" ;;
+    int4-run)  # the int4 targets: kernel tests and agreement, the per-kernel table, native/graph int4 steps, explain
+      python3 -m pytest -q -s tests/test_gpu_native.py tests/test_int4_format.py -k "int4_cuda or compiles or int4" \
+        2>&1 | tee "$OUT/pytest_int4.log" | grep -E "agreement|passed|failed"
+      python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log" | tail -1
+      for m in qwen2.5-7b llama-3.1-8b; do
+        fl run --model "$m" --ctx 2048,16384 --quant int4 --mode native,graph --output "$OUT/native.jsonl" \
+          >> "$OUT/native.log" 2>&1
+      done
+      fl explain --model qwen2.5-7b --ctx 2048 --mode native,graph --quant int4 --out "$OUT/explain_native_int4" 2>&1 \
+        | tee "$OUT/explain_native_int4.log" | tail -2
+      tar czf "$OUT/explain_native_int4.tgz" -C "$OUT" explain_native_int4 ;;
     int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies)
       for sc in "gate_up 8,2,1,0" "gate_up 4,2,1,1" "down 4,2,4,0" "qkv 8,1,1,0"; do
         set -- $sc
