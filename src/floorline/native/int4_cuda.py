@@ -158,8 +158,10 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
       const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
       float part = split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
       part += split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
+#if SUMZ
       for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);  // a warp's 128 inputs: one group
       if (lane == 0) xsum[i >> 5] = part;
+#endif
     }
   }
   __syncthreads();
@@ -320,8 +322,10 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
       const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
       float part = split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
       part += split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
+#if SUMZ
       for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);  // a warp's 128 inputs: one group
       if (lane == 0) xsum[i >> 5] = part;
+#endif
     }
   }
   __syncthreads();
