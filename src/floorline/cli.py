@@ -464,10 +464,11 @@ def _print_records(args, done: list[dict]) -> None:
 def cmd_import(args) -> int:
     from floorline import llamabench, records
 
-    recs, notes = llamabench.import_file(args.bench, args.model, download=args.download, gpu=args.gpu)
+    recs, notes = llamabench.import_file(args.bench, args.model, download=args.download, gpu=args.gpu,
+                                         device=args.device)
     if args.output:
         records.append(args.output, recs)
-    _print_records(args, recs)
+    _print_records(args, [r for r in recs if r["kind"] == "cell"])
     for n in notes:
         err.print(n)
     if args.output:
@@ -619,6 +620,8 @@ def build_parser() -> Parser:
                                                    "Hub id")
     im.add_argument("--gpu", default=None, help="the GPU it ran on, a key from `floorline specs` (default: matched "
                                                 "from llama-bench's gpu_info)")
+    im.add_argument("--device", default="none", help="none (default), or cpu / cuda / cuda:N: measure this host's "
+                                                     "copy bandwidth for the floor in ms (when the bench ran here)")
     im.add_argument("--output", help="append the records to this JSON-lines file")
     im.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
     im.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)

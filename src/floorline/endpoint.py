@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from floorline import floor, gguf, specs, stats, zoo
+from floorline import floor, gguf, specs, stats, system, zoo
 from floorline.errors import UserError
 from floorline.records import SCHEMA_VERSION
 
@@ -432,24 +432,26 @@ def per_token_samples(times: list[int], counts: list[float]) -> list[float]:
 
 
 # ------------------------------------------------------------------------------------------------------------ record
-def local_device(cfg: EndpointConfig):
-    """The torch device whose copy bandwidth stands for the server's, or None (a remote server, or --device none)."""
-    if cfg.device == "none" or (cfg.device == "auto" and not is_loopback(cfg.url)):
+def local_device(spec: str, here: bool):
+    """The torch device whose copy bandwidth stands for the measured one's, or None (--device none, or auto when
+    the thing measured is not on this host)."""
+    if spec == "none" or (spec == "auto" and not here):
         return None
     from floorline.measure import resolve_device
 
-    return resolve_device(cfg.device)
+    return resolve_device(spec)
 
 
-def device_info(cfg: EndpointConfig, dev) -> dict:
-    spec = specs.lookup(cfg.gpu) if cfg.gpu else None
+def device_info(gpu: str | None, dev, remote_name: str = "remote server") -> dict:
+    """Where the measured thing ran: --gpu's datasheet peak, and this host's copy bandwidth when `dev` is given."""
+    spec = specs.lookup(gpu) if gpu else None
     if dev is None:
-        name = spec.name if spec else "remote server"
+        name = spec.name if spec else remote_name
         out = {"device": "remote", "device_name": name, "measured_gbps": None, "bw_samples_gbps": None}
     else:
         import torch
 
-        from floorline import bandwidth, system
+        from floorline import bandwidth
 
         if dev.type == "cuda":
             name = torch.cuda.get_device_name(dev)
@@ -461,22 +463,6 @@ def device_info(cfg: EndpointConfig, dev) -> dict:
     out.update({"gpu_key": spec.key if spec else None, "peak_gbps": spec.peak_gbps if spec else None,
                 "peak_source": spec.source if spec else None})
     return out
-
-
-def _environment() -> dict:
-    import datetime
-    import platform
-    import socket
-    import sys
-    from pathlib import Path
-
-    from floorline import __version__
-    from floorline.system import git_sha, source_sha256
-
-    return {"floorline_version": __version__, "git_sha": git_sha(), "source_sha256": source_sha256(),
-            "python_version": platform.python_version(), "host": socket.gethostname(),
-            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
 
 
 RESULT_KEYS = ("step_ms_median", "step_ms_p90", "floor_ms_peak", "floor_ms_measured", "fraction_of_floor_peak",
@@ -573,14 +559,14 @@ def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s:
         if isinstance(max_len, int) and max(cfg.ctxs) + cfg.max_tokens > max_len:
             raise UserError(f"--ctx {max(cfg.ctxs)} + {cfg.max_tokens} new tokens passes the server's context "
                             f"length {max_len}")
-        dev = local_device(cfg)
+        dev = local_device(cfg.device, is_loopback(cfg.url))
         if dev is not None:
             log(f"measuring copy bandwidth on {dev} (the server's device on this host)")
         base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "mode": "endpoint", "model": a.name,
                 "model_path": a.path, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps,
                 "seed": cfg.seed, "floor_convention": "strict", "endpoint_url": clean_url(cfg.url),
                 "endpoint_served_model": served, "endpoint_api_key_env": key_env, **srv.info,
-                **device_info(cfg, dev), **_environment()}
+                **device_info(cfg.gpu, dev), **system.environment()}
         for ctx in cfg.ctxs:
             for session in range(cfg.sessions):
                 rng = np.random.default_rng([cfg.seed, ctx, session])
