@@ -66,9 +66,11 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def endpoint_records(served, tmp_path_factory):
-    url, _ = served
+    url, d = served
     out = tmp_path_factory.mktemp("ep") / "ep.jsonl"
-    rc, stdout, stderr = run_cli(["endpoint", "--url", url, "--model", "tiny-qwen2", "--ctx", f"{CTX},{2 * CTX}",
+    # --served-model: transformers 5.17's GET /v1/models lists the Hub cache (HTTP 500 without one), not the model
+    rc, stdout, stderr = run_cli(["endpoint", "--url", url, "--model", "tiny-qwen2", "--served-model", str(d),
+                                  "--ctx", f"{CTX},{2 * CTX}",
                                   "--steps", str(STEPS), "--warmup", str(WARMUP), "--sessions", str(SESSIONS),
                                   "--device", "cpu", "--output", str(out)])
     assert rc == 0, stderr

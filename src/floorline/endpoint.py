@@ -155,7 +155,8 @@ class Server:
         self.token_prompts: bool | None = None  # takes a list of token ids as the prompt
         self.dropped: list[str] = []  # optional request fields the server rejected
 
-    def _call(self, what: str, fn):
+    def _call(self, what: str, fn, status_ok: bool = True):
+        """fn(), its failures as one-line UserErrors (status_ok=False: HTTP error statuses pass through)."""
         o = self.openai
         try:
             return fn()
@@ -163,42 +164,52 @@ class Server:
             cause = e.__cause__ or e
             raise UserError(f"{clean_url(self.url)}: cannot reach the server ({_first_line(cause)}); start it or fix "
                             f"--url") from None
-        except o.AuthenticationError:
+        except o.APIStatusError as e:
+            if not status_ok and e.status_code != 401:
+                raise
+            if e.status_code != 401:
+                raise UserError(f"{clean_url(self.url)}: {what}: HTTP {e.status_code}: {_status_message(e)}; check "
+                                f"--url and --served-model") from None
             raise UserError(f"{clean_url(self.url)}: {what}: HTTP 401, the server wants an API key; put it in "
                             f"${API_KEY_ENVS[0]}") from None
-        except o.APIStatusError as e:
-            raise UserError(f"{clean_url(self.url)}: {what}: HTTP {e.status_code}: {_status_message(e)}; check "
-                            f"--url and --served-model") from None
 
     def get_json(self, url: str) -> object | None:
-        """GET an absolute URL; None on any HTTP error status (probes of endpoints a server may not have)."""
-        o = self.openai
-        try:
-            return self.client.get(url, cast_to=object)
-        except o.APIStatusError:
-            return None
+        """GET an absolute URL; None on an HTTP error status (a probe of an endpoint a server may not have), or on
+        a dropped connection (uvicorn closes a kept-alive one after a failed route)."""
+        return self._probe(lambda: self.client.get(url, cast_to=object))
 
     def post_json(self, url: str, body: dict) -> object | None:
+        return self._probe(lambda: self.client.post(url, body=body, cast_to=object))
+
+    def _probe(self, fn) -> object | None:
         o = self.openai
         try:
-            return self.client.post(url, body=body, cast_to=object)
-        except o.APIStatusError:
+            return fn()
+        except (o.APIStatusError, o.APIConnectionError):
             return None
 
     def probe(self) -> None:
-        """GET /v1/models (reachability, the served ids, llama.cpp's meta); then name and version where reported."""
-        raw = self._call("GET /models", lambda: self.client.models.with_raw_response.list())
+        """GET /v1/models (reachability, the served ids, llama.cpp's meta); then name and version where reported.
+        An HTTP error there is kept, not fatal: some servers fail it (transformers 5.17 scans the Hub cache and
+        answers 500 when there is none) and serve completions all the same; --served-model then names the model."""
+        o = self.openai
+        self.models_error = None
         try:
-            data = raw.http_response.json()
-        except ValueError:
-            raise UserError(f"{clean_url(self.url)}/models did not answer JSON; is --url the server's /v1 base?") \
-                from None
-        self.models = [m for m in (data.get("data") or []) if isinstance(m, dict)] if isinstance(data, dict) else []
-        header = raw.http_response.headers.get("server")
+            raw = self._call("GET /models", lambda: self.client.models.with_raw_response.list(), status_ok=False)
+            header = raw.http_response.headers.get("server")
+            try:
+                data = raw.http_response.json()
+            except ValueError:
+                raise UserError(f"{clean_url(self.url)}/models did not answer JSON; is --url the server's /v1 base?") \
+                    from None
+            self.models = [m for m in (data.get("data") or []) if isinstance(m, dict)] if isinstance(data, dict) \
+                else []
+        except o.APIStatusError as e:
+            self.models_error = f"HTTP {e.status_code}: {_status_message(e)}"
+            header = e.response.headers.get("server")
         owned = sorted({str(m.get("owned_by")) for m in self.models if m.get("owned_by")})
         name, version = None, None
-        for path, key, vkey in (("/version", None, "version"), ("/props", None, "build_info"),
-                                ("/info", None, "version")):
+        for path, vkey in (("/version", "version"), ("/props", "build_info"), ("/info", "version")):
             j = self.get_json(self.root + path)
             if isinstance(j, dict) and j.get(vkey):
                 version = str(j[vkey])
@@ -206,16 +217,16 @@ class Server:
                 break
         known = {"vllm": "vLLM", "llamacpp": "llama.cpp", "sglang": "SGLang"}
         name = name or next((known[o] for o in owned if o in known), None)
-        if name is None and version is not None:
-            name = next((known[o] for o in owned if o in known), "unknown")
         self.info = {"endpoint_server": name, "endpoint_server_version": version, "endpoint_server_header": header,
-                     "endpoint_owned_by": ",".join(owned) or None}
+                     "endpoint_owned_by": ",".join(owned) or None, "endpoint_models_error": self.models_error}
 
     def served(self, want: str | None) -> dict:
         ids = [str(m.get("id")) for m in self.models]
         if want is None:
             if not ids:
-                raise UserError(f"{clean_url(self.url)}/models lists no model; name it with --served-model")
+                why = f"failed ({self.models_error})" if self.models_error else "lists no model"
+                raise UserError(f"{clean_url(self.url)}: GET /models {why}; name the served model with "
+                                f"--served-model")
             return self.models[0]
         for m in self.models:
             if str(m.get("id")) == want:
