@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_jsonl_strict, run_cli
-from floorline import floor, gguf, llamabench, zoo
+from floorline import floor, gguf, zoo
 from floorline.errors import UserError
 
 DATA = Path(__file__).parent / "data"

@@ -153,14 +153,7 @@ def cmd_run(args) -> int:
                 records.append(args.output, [rec])
             if rec.get("step_ms_median") is not None:
                 err.print(f"done: {rec['model']} ctx {rec['ctx']} {rec['mode']}: {rec['step_ms_median']:.3f} ms/step")
-    if args.format == "json":
-        out.print_json(json.dumps(done))
-    elif args.format == "csv":
-        sys.stdout.write(display.csv_text(done))
-    elif args.format == "md":
-        out.print(display.markdown(done))
-    else:
-        out.print(display.rich_table(done))
+    _print_records(args, done)
     for line in display.notes(done):
         err.print(line)
     if args.output:

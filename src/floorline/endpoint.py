@@ -24,7 +24,6 @@ the server reported for the measured request, and the floor is counted at it.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import uuid
