@@ -17,6 +17,12 @@
 #                     ctx 2048, graph vs native, bf16 and int4)
 #       native-run    floorline run --mode graph,compile,native at ctx 2048 and 16384 (bf16) and --mode graph,native
 #                     --quant int4, for each of $NATIVE_MODELS (default: qwen2.5-7b llama-3.1-8b)
+#     endpoint  qwen2.5-7b with random weights written to $OUT/qwen2.5-7b-random (config.json + safetensors + a
+#               tokenizers-built tokenizer, python -m floorline.servedir), served by `transformers serve` on a free
+#               127.0.0.1 port and measured by `floorline endpoint` (ctx 2048, 5 sessions, 64 tokens), then the
+#               server stopped and `floorline run --mode eager,graph,native` on the same weights: the server's
+#               overhead per token over the in-process step (issue: endpoint). transformers[serving] is not on the
+#               H200: first, on a machine with PyPI, `scripts/serve_wheels.sh` (15 wheels, 5 MB, into .whl/)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -108,6 +114,38 @@ for stage in "${stages[@]}"; do
         fl run --model "$m" --ctx 2048,16384 --quant int4 --mode graph,native --output "$OUT/native.jsonl" \
           --format md 2>&1 | tee -a "$OUT/native.log"
       done ;;
+    endpoint)
+      d=$OUT/qwen2.5-7b-random
+      if ! python3 -c 'import fastapi, uvicorn, openai, pydantic' 2>/dev/null; then
+        echo "endpoint: transformers serve needs fastapi, uvicorn, openai, pydantic: run scripts/serve_wheels.sh"
+        echo "          on a machine with PyPI (it fills .whl/), then this stage again"; continue
+      fi
+      [ -f "$d/tokenizer.json" ] || python3 -m floorline.servedir --model qwen2.5-7b --out "$d" --device cuda 2>&1 \
+        | tail -1
+      port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+      python3 -m transformers.cli.transformers serve "$d" --host 127.0.0.1 --port "$port" --device cuda:0 \
+        --dtype bfloat16 > "$OUT/serve.log" 2>&1 &
+      serve_pid=$!
+      python3 - "$port" "$serve_pid" <<'PY' || { tail -20 "$OUT/serve.log"; kill "$serve_pid"; continue; }
+import os, socket, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+for _ in range(300):  # up to ~5 min for 15 GB of safetensors
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit("transformers serve exited; see serve.log")
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        sys.exit(0)
+    except OSError:
+        time.sleep(1)
+sys.exit("transformers serve did not listen in 300 s")
+PY
+      fl endpoint --url "http://127.0.0.1:$port/v1" --model "$d" --served-model "$d" --ctx 2048 --sessions 5 \
+        --steps 64 --warmup 5 --output "$OUT/endpoint.jsonl" --format md 2>&1 | tee "$OUT/endpoint.log"
+      kill "$serve_pid"; wait "$serve_pid" 2>/dev/null
+      fl run --model "$d" --ctx 2048 --mode eager,graph,native --output "$OUT/endpoint.jsonl" --format md 2>&1 \
+        | tee -a "$OUT/endpoint.log" ;;
     native-check) ;;
     summary) ;;
     *) echo "unknown stage $stage"; exit 2 ;;
@@ -172,6 +210,22 @@ if os.path.exists(p):
         print(f"| {r['backend']} | {f(r['ms'], '.3f')} | {f(r['bytes'] and r['bytes'] / 1e9, '.3f')} | "
               f"{f(r['gbps'], '.0f')} | {f(r['fraction'], '.1%')} | {f(r['speedup'], '.2f')} | "
               f"{f(r['ideal_speedup'], '.2f')} | {f(r['share'], '.0%')} | {r['status'][:60]} |")
+p = os.path.join(out, "endpoint.jsonl")
+if os.path.exists(p):
+    import statistics
+    recs = [r for r in records.read(p) if r.get("kind", "cell") == "cell"]
+    print(display.markdown(recs))
+    ep = [r for r in recs if r["mode"] == "endpoint" and r.get("valid")]
+    if ep:
+        itl = statistics.median(r["step_ms_median"] for r in ep)
+        ttft = statistics.median(r["ttft_ms"] for r in ep)
+        print(f"transformers serve, {len(ep)} sessions: ITL {itl:.3f} ms (median of session medians), TTFT {ttft:.1f} ms")
+        print("| in-process mode | ms/step | server ITL - step, ms | ratio |")
+        print("|---|---|---|---|")
+        for r in recs:
+            if r["mode"] != "endpoint" and r.get("valid"):
+                print(f"| {r['mode']} | {r['step_ms_median']:.3f} | {itl - r['step_ms_median']:+.3f} | "
+                      f"{itl / r['step_ms_median']:.2f}x |")
 for p in [os.path.join(out, d, "explain.jsonl") for d in ("", "explain_native", "explain_native_int4")]:
   if os.path.exists(p):
     print("| mode | wall ms | busy ms | floor ms | kernel excess ms | idle gaps ms | kernels/step | host ms | attn ms | attn GB/s |")

@@ -83,7 +83,7 @@ def cmd_floor(args) -> int:
 
     from floorline import floor, specs, zoo
 
-    a = zoo.resolve(args.model)
+    a = zoo.resolve(args.model, need="config", download=args.download)
     if not 0 < args.ctx <= a.max_pos:
         raise UserError(f"--ctx must be in 1..{a.max_pos} for {a.name} (its max position), got {args.ctx}")
     fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
@@ -126,9 +126,18 @@ def _run_config(args, modes: list[str]):
 
     device = resolve_device(args.device)
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
+    model = _hub_dir(model, args.download)
     return RunConfig(model=model, ctxs=args.ctx, modes=modes, dtype=args.dtype, device=args.device,
                      warmup=args.warmup, steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk,
                      attn=args.attn, threads=args.threads, quant=quant.canonical(args.quant))
+
+
+def _hub_dir(model: str, download: bool) -> str:
+    """A Hub id becomes its cached snapshot directory (weights fetched only when allowed): worker processes get a
+    local directory and never touch the network."""
+    from floorline import hub
+
+    return str(hub.snapshot(model, "weights", download)) if hub.is_hub_id(model) else model
 
 
 def cmd_run(args) -> int:
@@ -144,14 +153,7 @@ def cmd_run(args) -> int:
                 records.append(args.output, [rec])
             if rec.get("step_ms_median") is not None:
                 err.print(f"done: {rec['model']} ctx {rec['ctx']} {rec['mode']}: {rec['step_ms_median']:.3f} ms/step")
-    if args.format == "json":
-        out.print_json(json.dumps(done))
-    elif args.format == "csv":
-        sys.stdout.write(display.csv_text(done))
-    elif args.format == "md":
-        out.print(display.markdown(done))
-    else:
-        out.print(display.rich_table(done))
+    _print_records(args, done)
     for line in display.notes(done):
         err.print(line)
     if args.output:
@@ -279,7 +281,7 @@ def cmd_report(args) -> int:
 def cmd_predict(args) -> int:
     from floorline import predict, specs, zoo
 
-    a = zoo.resolve(args.model)
+    a = zoo.resolve(args.model, need="config", download=args.download)
     gpu = specs.lookup(args.gpu)
     cal = predict.calibrate_from(args.from_) if args.from_ else predict.calibrate_published()
     preds = [predict.predict(cal, a, args.ctx, gpu, m, args.dtype) for m in _names(args.mode)]
@@ -403,7 +405,75 @@ def zoo_name(model: str) -> str:
     return zoo.resolve(model).name
 
 
+# -------------------------------------------------------------------------------------------------------- endpoint
+def cmd_endpoint(args) -> int:
+    from floorline import display, endpoint, records
+
+    cfg = endpoint.EndpointConfig(
+        url=args.url, model=args.model, ctxs=args.ctx, served_model=args.served_model, warmup=args.warmup,
+        steps=args.steps, sessions=args.sessions, seed=args.seed, dtype=args.dtype, weight_bits=args.weight_bits,
+        group_size=args.group_size, bpw=args.bpw, gpu=args.gpu, device=args.device, api_key_env=args.api_key_env,
+        timeout_s=args.timeout, download=args.download)
+    done: list[dict] = []
+    with err.status(f"floorline endpoint {args.url}") as status:
+        for rec in endpoint.measure_endpoint(cfg, log=lambda s: status.update(s)):
+            done.append(rec)
+            if args.output:
+                records.append(args.output, [rec])
+    _print_records(args, done)
+    if args.format == "table" and done:
+        from rich.table import Table
+
+        r0 = done[0]
+        t = Table(title=f"{r0['endpoint_url']} ({r0.get('endpoint_server') or 'server unnamed'} "
+                        f"{r0.get('endpoint_server_version') or ''}), model {r0['endpoint_served_model']}: per session",
+                  title_justify="left")
+        for h in endpoint.SESSION_COLUMNS:
+            t.add_column(h, justify="right")
+        for row in endpoint.session_rows(done):
+            t.add_row(*row)
+        out.print(t)
+    for line in display.notes(done):
+        err.print(line)
+    if args.output:
+        err.print(f"{len(done)} record(s) appended to {args.output}")
+    return 0 if all(r.get("valid") for r in done) else 1
+
+
+def _print_records(args, done: list[dict]) -> None:
+    from floorline import display
+
+    if args.format == "json":
+        out.print_json(json.dumps(done))
+    elif args.format == "csv":
+        sys.stdout.write(display.csv_text(done))
+    elif args.format == "md":
+        out.print(display.markdown(done))
+    else:
+        out.print(display.rich_table(done))
+
+
+# ---------------------------------------------------------------------------------------------------------- import
+def cmd_import(args) -> int:
+    from floorline import llamabench, records
+
+    recs, notes = llamabench.import_file(args.bench, args.model, download=args.download, gpu=args.gpu,
+                                         device=args.device)
+    if args.output:
+        records.append(args.output, recs)
+    _print_records(args, [r for r in recs if r["kind"] == "cell"])
+    for n in notes:
+        err.print(n)
+    if args.output:
+        err.print(f"{len(recs)} record(s) appended to {args.output}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------------------ main
+DOWNLOAD_HELP = ("a Hub id (org/name) not in the local cache may be downloaded: config.json, and for run the "
+                 "safetensors weights (also allowed by HF_HUB_OFFLINE=0)")
+
+
 def build_parser() -> Parser:
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subparser's default must not overwrite `floorline --debug VERB`
@@ -431,6 +501,7 @@ def build_parser() -> Parser:
                       help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
     cell.add_argument("--ctx", type=_int_list, default=[2048],
                       help="prompt tokens prefilled before decoding, comma-separated for several (default 2048)")
+    cell.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
 
     sub.add_parser("models", parents=[common], help="list the embedded models").set_defaults(fn=cmd_models)
     sub.add_parser("specs", parents=[common], help="list the GPU spec table").set_defaults(fn=cmd_specs)
@@ -444,6 +515,7 @@ def build_parser() -> Parser:
     f.add_argument("--weight-bits", type=int, default=None, help="16 (unquantised), 8 or 4 for the decoder matrices")
     f.add_argument("--group-size", type=int, default=128, help="elements per scale/zero group (quantised only)")
     f.add_argument("--format", choices=["table", "json"], default="table")
+    f.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
     f.set_defaults(fn=cmd_floor)
 
     r = sub.add_parser("run", parents=[common, cell], help="measure batch-1 decode against its floor")
@@ -501,7 +573,52 @@ def build_parser() -> Parser:
     q.add_argument("--from", dest="from_", nargs="+", metavar="RESULTS",
                    help="JSON-lines results to calibrate on (default: the study's published values)")
     q.add_argument("--format", choices=["text", "json"], default="text")
+    q.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
     q.set_defaults(fn=cmd_predict)
+
+    ep = sub.add_parser("endpoint", parents=[common], help="batch-1 decode of a running OpenAI-compatible server "
+                                                           "against the floor of the model it serves")
+    ep.add_argument("--url", required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8080/v1 "
+                                                 "(an API key goes in $FLOORLINE_API_KEY, never here)")
+    ep.add_argument("--model", required=True, help="the architecture the floor is counted from: zoo name, local "
+                                                   "directory (config.json is enough) or Hub id org/name")
+    ep.add_argument("--served-model", default=None, help="the model name the server knows (default: the first one "
+                                                         "GET /v1/models lists)")
+    ep.add_argument("--ctx", type=_int_list, default=[2048], help="prompt tokens, comma-separated (default 2048)")
+    ep.add_argument("--warmup", type=int, default=5, help="per-token samples dropped at the start (default 5)")
+    ep.add_argument("--steps", type=int, default=30, help="timed tokens per session (default 30)")
+    ep.add_argument("--sessions", type=int, default=1, help="requests per ctx, each a fresh random prompt (default 1)")
+    ep.add_argument("--seed", type=int, default=0)
+    ep.add_argument("--dtype", default="bf16", help="the server's dense dtype: unquantised parts and the KV cache")
+    ep.add_argument("--weight-bits", type=int, default=None, help="8 or 4: decoder matrices as in `floor`")
+    ep.add_argument("--group-size", type=int, default=128, help="elements per scale/zero group (with --weight-bits)")
+    ep.add_argument("--bpw", default=None, help="average bits per weight of every weight matrix, or a ggml type "
+                                                "(Q4_0, Q4_K, Q8_0, ...; see README for mixes like Q4_K_M)")
+    ep.add_argument("--gpu", default=None, help="the server's GPU, a key from `floorline specs` (default: detected "
+                                                "when the server runs on this host)")
+    ep.add_argument("--device", default="auto", help="where the server runs when it is on this host (its copy "
+                                                     "bandwidth is measured): auto (default; loopback URLs only), cpu, "
+                                                     "cuda, cuda:N, or none")
+    ep.add_argument("--api-key-env", default=None, help="the environment variable holding the API key (default: "
+                                                        "FLOORLINE_API_KEY, then OPENAI_API_KEY)")
+    ep.add_argument("--timeout", type=float, default=600, help="seconds per HTTP request (default 600)")
+    ep.add_argument("--output", help="append the records to this JSON-lines file")
+    ep.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+    ep.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
+    ep.set_defaults(fn=cmd_endpoint)
+
+    im = sub.add_parser("import", parents=[common], help="llama-bench JSON / JSON-lines results as floorline records")
+    im.add_argument("bench", help="llama-bench output (-o json or -o jsonl)")
+    im.add_argument("--model", required=True, help="the architecture benchmarked: zoo name, local directory or "
+                                                   "Hub id")
+    im.add_argument("--gpu", default=None, help="the GPU it ran on, a key from `floorline specs` (default: matched "
+                                                "from llama-bench's gpu_info)")
+    im.add_argument("--device", default="none", help="none (default), or cpu / cuda / cuda:N: measure this host's "
+                                                     "copy bandwidth for the floor in ms (when the bench ran here)")
+    im.add_argument("--output", help="append the records to this JSON-lines file")
+    im.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+    im.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
+    im.set_defaults(fn=cmd_import)
 
     e = sub.add_parser("explain", parents=[common, cell], help="profile a few steps: where the gap to the floor goes")
     e.add_argument("--mode", default="all", help="modes to compare side by side, comma-separated, or all")

@@ -104,20 +104,29 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None) -> Arch:
         raise UserError(f"{name}: config.json lacks {e.args[0]!r}; give a complete transformers config") from None
 
 
-def resolve(model: str) -> Arch:
-    """A zoo name or a local directory holding config.json and *.safetensors."""
+def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:
+    """A zoo name, a local directory, or a Hub id (org/name, through hub.py: the local cache first).
+    need: "weights" (run: config.json + *.safetensors) or "config" (floor, predict, endpoint: config.json alone)."""
     if model in ZOO:
         return ZOO[model]
     p = Path(model)
+    if not p.is_dir():
+        from floorline import hub
+
+        if hub.is_hub_id(model):
+            p = hub.snapshot(model, need, download)
     if p.is_dir():
         cfg_file = p / "config.json"
         if not cfg_file.is_file():
             raise UserError(f"{model}: no config.json in this directory; a local model needs config.json + *.safetensors")
-        if not any(p.glob("*.safetensors")):
+        if need == "weights" and not any(p.glob("*.safetensors")):
             raise UserError(f"{model}: no *.safetensors weights in this directory (pickled .bin files are not loaded)")
         try:
             cfg = json.loads(cfg_file.read_text())
         except json.JSONDecodeError as e:
             raise UserError(f"{cfg_file}: not valid JSON ({e.msg} at line {e.lineno})") from None
-        return arch_from_config(cfg, name=p.name, path=str(p.resolve()))
-    raise UserError(f"unknown model {model!r}; known: {', '.join(ZOO)} (or a directory with config.json + *.safetensors)")
+        from floorline import hub
+
+        return arch_from_config(cfg, name=hub.name_of_dir(p) or p.name, path=str(p.resolve()))
+    raise UserError(f"unknown model {model!r}; known: {', '.join(ZOO)} (or a directory with config.json + "
+                    f"*.safetensors, or a Hugging Face id org/name)")
