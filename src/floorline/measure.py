@@ -294,10 +294,10 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
                         rec.setdefault(k, None)
                 yield rec
         if cfg.kernels:
-            from floorline.quant import kernels
+            from floorline import matrix_chain
 
             log("kernels: the chain of decoder matrices")
-            yield kernels.chain_record(ses, failed=ses.failed)
+            yield matrix_chain.chain_record(ses, failed=ses.failed)
     finally:
         ses.close()
 

@@ -3,36 +3,8 @@
 from __future__ import annotations
 
 import inspect
-import statistics
-from typing import Callable
 
 import torch
-
-
-def capture_graph(body: Callable[[], None], warmup: int) -> "torch.cuda.CUDAGraph":
-    """`warmup` real calls of `body` on a side stream (as CUDA graphs require; compilers and autotuners run here),
-    then one call recorded, not run, into a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            body()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
-    torch.cuda.synchronize()
-    return graph
-
-
-def graph_ms(calls: list[Callable[[], object]], replays: int = 20) -> float:
-    """Median milliseconds per call of `calls` recorded into one CUDA graph (capture_graph: one warm-up call each,
-    where Triton compiles and autotunes), replayed `replays` times back to back after one untimed replay."""
-    from floorline.timing import time_steps
-
-    graph = capture_graph(lambda: [f() for f in calls], 1)
-    graph.replay()
-    return statistics.median(time_steps(graph.replay, replays, torch.device("cuda"))) / len(calls)
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:

@@ -7,7 +7,8 @@ import time
 
 import torch
 
-from floorline.runtimes.base import Runtime, capture_graph
+from floorline.runtimes.base import Runtime
+from floorline.timing import capture_graph
 
 
 class Native(Runtime):
