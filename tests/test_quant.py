@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from floorline import floor, measure, models, quant, quantstudy, zoo
+from floorline import floor, measure, models, quant, quantrows, quantstudy, zoo
 from floorline.errors import UserError
 from floorline.quant import base
 
@@ -260,17 +260,17 @@ def _cell(q, mode, ms, fbytes, valid=True, reason=None, dtype="bf16"):
 
 def test_share_of_the_ideal_saving():
     # 4x fewer bytes: the ideal is 2.5 ms from 10; reaching 4 ms realises 6 / 7.5 = 80%
-    assert quantstudy.share_realised(10.0, 4.0, 4000, 1000) == pytest.approx(0.8)
-    assert quantstudy.share_realised(10.0, 2.5, 4000, 1000) == pytest.approx(1.0)
-    assert quantstudy.share_realised(10.0, 12.0, 4000, 1000) == pytest.approx(-2 / 7.5)
-    assert quantstudy.share_realised(10.0, 9.0, 4000, 4000) is None  # no bytes saved: no share
+    assert quantrows.share_realised(10.0, 4.0, 4000, 1000) == pytest.approx(0.8)
+    assert quantrows.share_realised(10.0, 2.5, 4000, 1000) == pytest.approx(1.0)
+    assert quantrows.share_realised(10.0, 12.0, 4000, 1000) == pytest.approx(-2 / 7.5)
+    assert quantrows.share_realised(10.0, 9.0, 4000, 4000) is None  # no bytes saved: no share
 
 
 def test_rows_per_backend_and_mode():
     recs = [_cell("none", "graph", 8.0, 12e9), _cell("nf4", "graph", 7.0, 4e9),
             _cell("gptq-exllamav2", "graph", None, 3.9e9, valid=False, reason="quant check failed: x", dtype="fp16"),
             _cell("nf4", "graph", 6.0, 4e9)]  # a later rerun wins
-    rows = quantstudy.rows(recs, "m", 2048, ["graph"], ["bf16", "nf4", "gptq-exllamav2", "int4-gemlite"])
+    rows = quantrows.rows(recs, "m", 2048, ["graph"], ["bf16", "nf4", "gptq-exllamav2", "int4-gemlite"])
     by = {r["backend"]: r for r in rows}
     assert by["bf16"]["speedup"] == 1.0 and by["bf16"]["share"] is None
     assert by["nf4"]["ms"] == 6.0 and by["nf4"]["speedup"] == pytest.approx(8 / 6)
@@ -284,7 +284,7 @@ def test_kernel_rows():
     recs = [{"kind": "kernels", "model": "m", "ctx": None, "mode": "kernels", "quant": q, "valid": True,
              "chain_ms_median": ms, "chain_bytes": b, "achieved_gbps": b / ms / 1e6, "fraction_of_floor_measured": 0.5}
             for q, ms, b in (("none", 4.0, 13e9), ("nf4", 3.0, 3.6e9))]
-    by = {r["backend"]: r for r in quantstudy.kernel_rows(recs, "m", ["bf16", "nf4"])}
+    by = {r["backend"]: r for r in quantrows.kernel_rows(recs, "m", ["bf16", "nf4"])}
     assert by["nf4"]["speedup"] == pytest.approx(4 / 3)
     assert by["nf4"]["share"] == pytest.approx((4 - 3) / (4 - 4 * 3.6 / 13))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from floorline import cli, sweep
+from floorline import cli, resume, sweep
 from floorline.measure import RunConfig
 
 SITECUSTOMIZE = """
@@ -76,7 +76,7 @@ def test_crash_and_timeout_are_recorded_invalid_and_the_sweep_goes_on(tmp_path, 
 
 def test_past_max_position_is_invalid_without_a_process(tmp_path):
     cells = sweep.plan(["tiny-qwen2"], [9000], ["eager"], RunConfig("", [], [], device="cpu"))
-    rec = sweep.run_cell(cells[0], timeout_s=1)
+    rec = resume.execute(sweep.cell_job(cells[0]), timeout_s=1)
     assert rec[0]["valid"] is False and "max position 8192" in rec[0]["reason"]
 
 
@@ -181,17 +181,18 @@ def test_ray_local_instance_runs_tiny_cells(tmp_path):
 def test_gpus_executor_gives_each_process_one_gpu(tmp_path, monkeypatch):
     seen = []
 
-    def fake_run_cell(cell, timeout_s, env=None, on_start=None):
-        seen.append((cell.ctx, env["CUDA_VISIBLE_DEVICES"], cell.run.device))
+    def fake_execute(job, timeout_s, env=None, on_start=None):
+        cell = job.cells[0]
+        seen.append((cell.ctx, env["CUDA_VISIBLE_DEVICES"], job.configs[0].device))
         time.sleep(0.05)
-        return [sweep.failure_record(cell, "fake")]
+        return [resume.failure_record(cell, "fake")]
 
-    monkeypatch.setattr(sweep, "run_cell", fake_run_cell)
+    monkeypatch.setattr(sweep, "execute", fake_execute)
     cells = sweep.plan(["tiny-llama"], [16, 24, 32, 40, 48], ["eager"], RunConfig("", [], [], device="cpu"))
     out = tmp_path / "r.jsonl"
     cfg = sweep.SweepConfig(cells, str(out), gpus=[0, 1])
     done = []
-    sweep.run_sweep(cfg, cells, started=lambda c: None, finished=lambda c, r: done.append(c.ctx))
+    sweep.run_sweep(cfg, cells, started=lambda c: None, finished=lambda j, r: done.append(j.cells[0].ctx))
     assert sorted(done) == [16, 24, 32, 40, 48]
     assert {g for _, g, _ in seen} == {"0", "1"}  # both GPUs used
     assert all(dev == "cuda" for _, _, dev in seen)

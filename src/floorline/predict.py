@@ -69,12 +69,12 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from floorline import floor, published, records, specs, zoo
+from floorline import floor, modes, published, records, specs, zoo
 from floorline.errors import UserError
 
-MODES = ("eager", "static", "graph", "compile")
 REPLAY_MODES = ("graph", "compile")  # no per-kernel host launch cost
 HOST_MODES = ("eager", "static")
+MODES = tuple(m for m in modes.MODES if m in HOST_MODES + REPLAY_MODES)  # native has no model here (yet)
 CAVEAT = ("eta and the launch cost are properties of the software stack and the host CPU, not only of the GPU; "
           "this prediction assumes they transfer to {gpu}.")
 
