@@ -29,6 +29,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def bf16_by_default(monkeypatch):
+    """`--dtype auto` is bf16 in every in-process test, whatever this CPU: the tests' figures do not depend on the
+    machine (test_measure checks the detection itself, through the real function kept in models)."""
+    from floorline import models
+
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
+
+
 @pytest.fixture(scope="session")
 def cpu() -> torch.device:
     return torch.device("cpu")

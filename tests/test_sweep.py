@@ -23,7 +23,7 @@ fault = os.environ.get("FLOORLINE_TEST_FAULT", "")
 if fault:
     import floorline.runtimes.base as base
     orig = base.Runtime.prefill
-    def prefill(self, prompt, chunk=1024):
+    def prefill(self, prompt, chunk=1024, progress=None):
         for f in fault.split(","):
             kind, ctx = f.split("@")
             if prompt.shape[1] == int(ctx):
@@ -32,7 +32,7 @@ if fault:
                     os._exit(7)
                 if kind == "hang":
                     time.sleep(3600)
-        return orig(self, prompt, chunk)
+        return orig(self, prompt, chunk, progress)
     base.Runtime.prefill = prefill
 """
 

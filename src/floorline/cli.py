@@ -93,13 +93,15 @@ def cmd_floor(args) -> int:
 # ------------------------------------------------------------------------------------------------------------- run
 def _run_config(args, modes: list[str]):
     from floorline import quant, zoo
-    from floorline.measure import RunConfig, resolve_device
+    from floorline.measure import RunConfig, resolve_device, with_defaults
 
     device = resolve_device(args.device)
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
-    return RunConfig(model=model, ctxs=args.ctx, modes=modes, dtype=args.dtype, device=args.device,
-                     warmup=args.warmup, steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk,
-                     attn=args.attn, threads=args.threads, quant=quant.canonical(args.quant))
+    ctxs = args.ctx or [zoo.DEFAULT_GPU_CTX if device.type == "cuda" else zoo.DEFAULT_CPU_CTX]
+    cfg = RunConfig(model=model, ctxs=ctxs, modes=modes, dtype=args.dtype, device=args.device, warmup=args.warmup,
+                    steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
+                    threads=args.threads, quant=quant.canonical(args.quant))
+    return with_defaults(cfg, device.type)
 
 
 def cmd_run(args) -> int:
@@ -135,10 +137,9 @@ def cmd_run(args) -> int:
 def cmd_ab(args) -> int:
     from floorline import ab, display
 
-    if len(args.ctx) != 1:
-        raise UserError("ab takes one --ctx; run one A/B per context")
-    cfg = ab.ABConfig(base=_run_config(args, []), a=ab.parse_arm(args.a, args.dtype, args.attn, args.quant),
-                      b=ab.parse_arm(args.b, args.dtype, args.attn, args.quant), sessions=args.sessions,
+    base = _run_config(args, [])
+    cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, base.dtype, args.attn, args.quant),
+                      b=ab.parse_arm(args.b, base.dtype, args.attn, args.quant), sessions=args.sessions,
                       resamples=args.resamples, timeout_s=args.timeout)
     with err.status("floorline ab") as status:
         s = ab.run_ab(cfg, args.output, log=lambda m: status.update(m))
@@ -329,13 +330,15 @@ def build_parser() -> Parser:
 
     # the options of one measured cell, shared by run, ab and explain
     opts = argparse.ArgumentParser(add_help=False)
-    opts.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
+    opts.add_argument("--dtype", default="auto", help="bf16, fp16 or fp32; default auto: bf16 on a GPU and on CPUs "
+                                                      "with native bf16 arithmetic, else fp32")
     opts.add_argument("--attn", default="sdpa", help="attention implementation: sdpa (default) or eager")
     opts.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     opts.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
     opts.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     opts.add_argument("--seed", type=int, default=0)
-    opts.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
+    opts.add_argument("--prefill-chunk", type=int, default=None,
+                      help="prefill tokens per forward (default 1024 on a GPU, 256 on the CPU)")
     opts.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
     opts.add_argument("--quant", default="none", help="decoder matrices: none/bf16 (default), nf4, gptq-exllamav2, "
                                                       "awq-marlin, int4-tinygemm, int4-gemlite or int4 (floorline's)")
@@ -343,8 +346,9 @@ def build_parser() -> Parser:
     cell = argparse.ArgumentParser(add_help=False, parents=[opts])
     cell.add_argument("--model", default=None,
                       help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
-    cell.add_argument("--ctx", type=_int_list, default=[2048],
-                      help="prompt tokens prefilled before decoding, comma-separated for several (default 2048)")
+    cell.add_argument("--ctx", type=_int_list, default=None,
+                      help="prompt tokens prefilled before decoding, comma-separated for several (default 2048 on a "
+                           "GPU, 1024 on the CPU)")
 
     sub.add_parser("models", parents=[common], help="list the embedded models").set_defaults(fn=cmd_models)
     sub.add_parser("specs", parents=[common], help="list the GPU spec table").set_defaults(fn=cmd_specs)

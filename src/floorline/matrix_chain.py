@@ -2,7 +2,7 @@
 
 Each matrix is called once per chain on its own fixed random input (1, 1, in): no attention, norms, cache or
 sampling between them, so the chain's time is the matrices' kernels (plus their own casts, pads and bias adds) and
-the gap to their bytes at the measured copy bandwidth is kernel quality alone. On a GPU the whole chain is captured
+the gap to their bytes at the measured bandwidth is kernel quality alone. On a GPU the whole chain is captured
 once in a CUDA graph and each replay is one sample (no launch overhead); on the CPU each sample is one plain chain.
 """
 

@@ -19,7 +19,8 @@ import torch
 from floorline import floor, quant, resume, system, zoo
 from floorline.errors import UserError
 from floorline.launcher import kill
-from floorline.measure import RunConfig, expand_modes, memory_need, resolve_device, validate, weight_format
+from floorline.measure import (RunConfig, expand_modes, memory_need, resolve_device, validate, weight_format,
+                               with_defaults)
 from floorline.resume import Cell, Job, Sink, device_kind, execute
 
 DEFAULT_MODELS = ["qwen2.5-7b", "llama-3.1-8b", "mistral-7b-v0.3"]  # the study's trio
@@ -35,7 +36,8 @@ def plan(models_: list[str], ctxs: list[int], modes: list[str], base: RunConfig)
     device = resolve_device(base.device) if base.device != "auto" else None
     kind = device.type if device else ("cuda" if _cuda_visible() else "cpu")
     modes = expand_modes(modes, torch.device(kind), base.quant)  # a device name only: no CUDA context here
-    base = replace(base, device=base.device if base.device != "auto" else kind, quant=quant.canonical(base.quant))
+    base = with_defaults(replace(base, device=base.device if base.device != "auto" else kind,
+                                 quant=quant.canonical(base.quant)), kind)
     if min(ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")
     for m, a in archs.items():  # options wrong for every cell fail the sweep here, not each cell in the file;

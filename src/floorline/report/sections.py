@@ -50,7 +50,7 @@ def device_line(name: str, recs: list[dict]) -> str:
     hosts = sorted({str(r["host"]) for r in recs if r.get("host")})
     p = (f"datasheet peak {peak:.0f} GB/s ({source})" if peak
          else "no datasheet peak (the floor is at measured bandwidth)")
-    m = f"measured copy {meas:.0f} GB/s" if meas else "no measured bandwidth"
+    m = f"measured {meas:.0f} GB/s (best streaming pattern)" if meas else "no measured bandwidth"
     h = f"; host{'s' * (len(hosts) > 1)}: {', '.join(hosts)}" if hosts else ""
     return f"{name}: {p}, {m}{h}."
 
@@ -63,7 +63,7 @@ def cell_sections(doc: Document, cells: list[dict]) -> None:
     doc.add(Text("One row per device × model × ctx × mode. ms/step, p90, % floor and GB/s: median over the row's "
                  "valid records (one per machine and run); invalid records count in valid/total only. "
                  "% floor = floor ms / step ms, strict floor unless marked paper; @peak at the datasheet peak, "
-                 "@meas at the measured copy bandwidth; GB/s = strict floor bytes / step time."))
+                 "@meas at the measured bandwidth; GB/s = strict floor bytes / step time."))
     for (dev,), drecs in C.grouped(cells, lambda r: (C.device(r),)):
         doc.add(Heading(2, dev), Text(device_line(dev, drecs)))
         rows = [cell_row(m, ctx, v, rs) for (_, m, ctx, v), rs in

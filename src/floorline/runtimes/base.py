@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Callable
 
 import torch
 
@@ -53,13 +54,17 @@ class Runtime:
     def _forward(self, input_ids, position_ids, **kw):
         return self.model(input_ids=input_ids, position_ids=position_ids, use_cache=True, **{self.kw: self.cache}, **kw)
 
-    def prefill(self, prompt: torch.Tensor, chunk: int = 1024) -> None:
-        """Prompt (1, n) into the cache, `chunk` tokens at a time so the attention matrix of a long context stays small."""
+    def prefill(self, prompt: torch.Tensor, chunk: int = 1024,
+                progress: Callable[[int, int], None] | None = None) -> None:
+        """Prompt (1, n) into the cache, `chunk` tokens at a time so the attention matrix of a long context stays small;
+        progress(tokens done, n) after each chunk."""
         n = prompt.shape[1]
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             pos = torch.arange(s, e, device=self.device).unsqueeze(0)
             logits = self._forward(prompt[:, s:e], pos, logits_to_keep=1).logits
+            if progress:
+                progress(e, n)
         self.tok.copy_(logits[:, -1:].argmax(-1))
         self.pos.fill_(n)
 
