@@ -1,4 +1,4 @@
-"""measure / timing / bandwidth: validation before anything is built, the verdict on a measured step, the clocks."""
+"""measure / bandwidth: validation before anything is built, the verdict on a measured step, the clocks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from floorline import bandwidth, floor, measure, models, timing, zoo
+from floorline import bandwidth, floor, measure, models, zoo
 from floorline.errors import UserError
 from floorline.measure import RunConfig
 
@@ -155,21 +155,7 @@ def test_judge_flags_spread():
     assert any("unstable" in w for w in rec["warnings"]) and rec["valid"] is True
 
 
-# --------------------------------------------------------------------------------------------- clocks, bandwidth
-def test_cpu_timer_times_each_step():
-    calls = []
-
-    def step():
-        calls.append(time.perf_counter())
-        time.sleep(0.002 * len(calls))
-
-    ms = timing.time_steps(step, 4, torch.device("cpu"))
-    assert len(calls) == 4 and len(ms) == 4
-    for i, t in enumerate(ms, 1):
-        assert 2.0 * i <= t < 2.0 * i + 50  # step i sleeps 2*i ms; its sample covers it
-    assert ms == sorted(ms)
-
-
+# ------------------------------------------------------------------------------------------------------ bandwidth
 def test_cpu_copy_bandwidth():
     gbps, samples = bandwidth.copy_bandwidth(torch.device("cpu"), nbytes=16 << 20, reps=4)
     assert len(samples) == 4 and all(s > 0 for s in samples)
