@@ -61,6 +61,11 @@ def pct(v, spec: str = ".1f") -> str:
     return "-" if v is None else format(v * 100, spec) + "%"
 
 
+def short(text: str, n: int = 90) -> str:
+    """A status or reason cut at a word boundary to about n characters, marked as cut."""
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0].rstrip(":;,") + " …"
+
+
 def table(header: list[str], body: list[list[str]], title: str | None = None) -> Table:
     """A rich table: text columns left, numbers right; numbers never wrap or get cut (a narrow terminal folds the
     text columns instead)."""
@@ -199,7 +204,7 @@ def quant_rows(rows_: list[dict]) -> list[list[str]]:
     """quantrows.rows -> strings; a row that did not run shows its reason in place of the time."""
     return [[r["backend"], r["mode"], r["dtype"] or "-", num(r["ms"], ".3f"), num(r["floor_ms"], ".3f"),
              pct(r["fraction"]), num(r["speedup"], ".2f"), num(r["ideal_speedup"], ".2f"), pct(r["share"], ".0f"),
-             r["status"][:90]] for r in rows_]
+             short(r["status"])] for r in rows_]
 
 
 KERNEL_HEADER = ["backend", "chain ms", "matrix GB", "GB/s", "% of measured bw", "speed-up vs bf16",
@@ -209,7 +214,7 @@ KERNEL_HEADER = ["backend", "chain ms", "matrix GB", "GB/s", "% of measured bw",
 def kernel_rows(rows_: list[dict]) -> list[list[str]]:
     return [[r["backend"], num(r["ms"], ".3f"), num(None if r["bytes"] is None else r["bytes"] / 1e9, ".3f"),
              num(r["gbps"], ".0f"), pct(r["fraction"]), num(r["speedup"], ".2f"), num(r["ideal_speedup"], ".2f"),
-             pct(r["share"], ".0f"), r["status"][:90]] for r in rows_]
+             pct(r["share"], ".0f"), short(r["status"])] for r in rows_]
 
 
 PUBLISHED_QUANT_HEADER = ["backend (published)", "library", "GPU", "ms/step", "speed-up vs bf16",

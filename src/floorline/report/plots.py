@@ -15,8 +15,8 @@ from floorline import published
 from floorline.report import cells as C
 from floorline.report.document import Figure
 
-MODE_COLORS = {"eager": "#1f77b4", "static": "#ff7f0e", "graph": "#2ca02c", "compile": "#d62728"}
-EXTRA_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+MODE_COLORS = {"eager": "#1f77b4", "static": "#ff7f0e", "graph": "#2ca02c", "compile": "#d62728", "native": "#9467bd"}
+EXTRA_COLORS = ["#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 DEVICE_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 
 
@@ -91,7 +91,7 @@ def fraction_vs_peak(cells: list[dict], path: Path) -> Figure:
     pub = published.load()["cells"]
     variants = sorted({p["variant"] for p in pts}, key=C.mode_rank)
     color, dodge = _colors(variants), _dodge(variants)
-    fig = _figure(9, 5.6)
+    fig = _figure(11, 5.6)
     ax = fig.add_subplot()
     ticks: dict[float, str] = {}
     for p in pts:
@@ -127,7 +127,7 @@ def fraction_vs_peak(cells: list[dict], path: Path) -> Figure:
     handles += [Line2D([], [], color="black", marker="o", ls="", label="ours, paper convention (W+K), filled"),
                 Line2D([], [], color="black", marker="o", mfc="none", ls="", label="ours, strict convention, hollow"),
                 Line2D([], [], color="black", marker="*", ms=12, ls="", label="published (paper convention W+K)")]
-    ax.legend(handles=handles, fontsize=8, loc="upper right", framealpha=0.9)
+    fig.legend(handles=handles, fontsize=8, loc="outside right upper")  # outside the axes: it hides no point
     fig.savefig(path)
     return Figure(path.name, "fraction of floor vs peak bandwidth",
                   "Fraction of the memory floor at the datasheet peak, per GPU and mode, against its peak bandwidth; "
