@@ -208,9 +208,7 @@ def cmd_sweep(args) -> int:
             err.print(f"interrupted: {len(results)} cell(s) finished this time are in {args.output}; "
                       f"run the same command to resume")
             return 130
-    latest = {resume.cell_key(r): r for r in [*have, *results]
-              if r.get("kind", "cell") == "cell"}  # the last record of each cell (after --rerun)
-    grid = [latest[c.key()] for c in cells if c.key() in latest]
+    grid = sweep.latest(cells, [*have, *results])
     valid = sum(1 for r in grid if r.get("valid"))
     err.print(f"{valid}/{len(cells)} cells valid in {args.output} ({len(grid)} recorded, {len(results)} run now)")
     return 0
@@ -279,22 +277,15 @@ def cmd_explain(args) -> int:
 # ----------------------------------------------------------------------------------------------------------- quant
 def cmd_quant(args) -> int:
     from floorline import display, quantrows, quantstudy
-    from floorline.measure import expand_modes, resolve_device
 
     if args.quant != "none":
         raise UserError("quant compares backends: give them with --backends, not --quant")
     base = _run_config(args, _names(args.mode))
     cfg = quantstudy.QuantConfig(base, _names(args.backends) if args.backends else [], args.output, args.kernels,
                                  args.timeout, args.rerun)
-    from floorline.resume import device_kind
-
     with err.status("floorline quant") as status:
         jobs, recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
-    names = [j.backend for j in jobs]
-    kind = device_kind(jobs[0].run.device)  # the output may hold other machines' runs (it is shared with sweep)
-    recs = [r for r in recs if device_kind(r.get("device")) == kind]
-    modes, model, ctx = (expand_modes(base.modes, resolve_device(base.device), native=False), zoo_name(base.model),
-                        base.ctxs[0])
+    names, modes, model, ctx = [j.backend for j in jobs], jobs[0].modes, jobs[0].arch.name, base.ctxs[0]
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
     out.print(display.table(display.QUANT_HEADER, display.quant_rows(
         quantrows.rows(recs, model, ctx, modes, names, base.attn)),
@@ -310,12 +301,6 @@ def cmd_quant(args) -> int:
     sys.stdout.flush()
     err.print(f"records in {args.output}")
     return 0
-
-
-def zoo_name(model: str) -> str:
-    from floorline import zoo
-
-    return zoo.resolve(model).name
 
 
 # ------------------------------------------------------------------------------------------------------------ main

@@ -26,6 +26,8 @@ class Job:
     backend: str  # the table's name: bf16 or a backend
     run: RunConfig  # modes (and run.kernels: the chain) still to run; quant canonical; dtype the backend's
     unavailable: str | None = None
+    arch: zoo.Arch | None = None
+    modes: list[str] | None = None  # every mode of the comparison (the table's), done or not
 
 
 @dataclass
@@ -81,7 +83,8 @@ def plan(cfg: QuantConfig, have: list[dict]) -> list[Job]:
                "attn_implementation": run.attn, "device": run.device}
         todo = [m for m in modes if cell_key({**key, "mode": m}) not in cells]
         chain = cfg.kernels and _kernel_key(key) not in chains
-        jobs.append(Job(n, replace(run, modes=todo, kernels=chain), f"unavailable: {why}" if why else None))
+        jobs.append(Job(n, replace(run, modes=todo, kernels=chain), f"unavailable: {why}" if why else None, a,
+                        modes))
     return jobs
 
 
@@ -99,7 +102,8 @@ def job_of(job: Job, arch: zoo.Arch, said: set) -> resume.Job | None:
 
 
 def run(cfg: QuantConfig, log: Callable[[str], None] = lambda s: None) -> tuple[list[Job], list[dict]]:
-    """Run what is not yet in the output; returns the plan and every record of the output afterwards."""
+    """Run what is not yet in the output; returns the plan and the output's records afterwards, those of this
+    device kind only (the file is shared with sweep and may hold other machines' runs)."""
     have = resume.load(cfg.output, log)
     jobs = plan(cfg, have)
     a = zoo.resolve(cfg.base.model)
@@ -115,7 +119,8 @@ def run(cfg: QuantConfig, log: Callable[[str], None] = lambda s: None) -> tuple[
                 + (" + kernel chain" if run_.kernels else ""))
 
     resume.run(cfg.output, todo, cfg.timeout_s, started=started)
-    return jobs, resume.load(cfg.output, log)
+    kind = device_kind(jobs[0].run.device)
+    return jobs, [r for r in resume.load(cfg.output, log) if device_kind(r.get("device")) == kind]
 
 
 def published_rows() -> list[dict]:

@@ -194,6 +194,12 @@ def run_sweep(cfg: SweepConfig, todo: list[Cell], started: Callable[[Job], None]
     resume.run(cfg.output, [cell_job(c) for c in todo], cfg.timeout_s, started, finished, executor)
 
 
+def latest(cells: list[Cell], have: list[dict]) -> list[dict]:
+    """The last record of each cell of the grid that the file holds (after --rerun, the new one)."""
+    last = {resume.cell_key(r): r for r in have if resume.is_cell(r)}
+    return [last[c.key()] for c in cells if c.key() in last]
+
+
 def dry_run_rows(cells: list[Cell], have: list[dict], peak_gbps: float | None) -> list[dict]:
     """Each cell with its strict floor and the memory it needs (weights + KV cache), and whether it is done."""
     done = resume.done_keys(have)
