@@ -69,6 +69,14 @@ def tiny_qwen2_dir(tmp_path_factory, cpu) -> Path:
     return d
 
 
+def inject(tmp_path: Path, monkeypatch, sitecustomize: str) -> None:
+    """Put `sitecustomize` on the PYTHONPATH of every child process started from now on (fault injection)."""
+    d = tmp_path / "inject"
+    d.mkdir()
+    (d / "sitecustomize.py").write_text(sitecustomize)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")]))
+
+
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     """floorline.cli.main(argv) in-process: (exit code, stdout, stderr). An argparse rejection (SystemExit) counts as
     its exit code. Works inside and outside capsys (rich consoles look sys.stdout/sys.stderr up at each print)."""

@@ -1,8 +1,6 @@
-"""measure / bandwidth: validation before anything is built, the verdict on a measured step, the clocks."""
+"""measure / bandwidth: validation before anything is built, the verdict on a measured step, the patterns."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 import torch

@@ -5,7 +5,6 @@ path's one-line message (the study `floorline quant` and its rows: test_quantstu
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 
 import pytest

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import inject
 from floorline import ab, resume
 from floorline.errors import UserError
 
@@ -47,10 +48,7 @@ TINY = ["--device", "cpu", "--steps", "3", "--warmup", "1", "--dtype", "bf16"]
 
 @pytest.fixture
 def torn(tmp_path, monkeypatch):
-    d = tmp_path / "inject"
-    d.mkdir()
-    (d / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")]))
+    inject(tmp_path, monkeypatch, SITECUSTOMIZE)
 
     def run(args: list[str], at: int = 0) -> subprocess.CompletedProcess:
         env = {**os.environ, "FLOORLINE_TEST_TORN_AT": str(at)}

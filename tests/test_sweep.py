@@ -5,7 +5,6 @@ the runtime's prefill for one context: `crash@CTX` exits hard after a line on st
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import inject
 from floorline import cli, resume, sweep
 from floorline.measure import RunConfig
 
@@ -41,10 +41,7 @@ COMMON = ["--device", "cpu", "--steps", "3", "--warmup", "1"]
 
 @pytest.fixture
 def faults(tmp_path, monkeypatch):
-    d = tmp_path / "inject"
-    d.mkdir()
-    (d / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")]))
+    inject(tmp_path, monkeypatch, SITECUSTOMIZE)
 
     def set_fault(spec: str):
         monkeypatch.setenv("FLOORLINE_TEST_FAULT", spec)

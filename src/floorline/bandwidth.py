@@ -75,6 +75,4 @@ def _patterns(device: torch.device, nbytes: int, reps: int, dtype: torch.dtype,
                 fn()
             gbps = _gbps(moved, time_steps(fn, reps, device))
             out[name] = (statistics.median(gbps), gbps)
-            fn = dst = None
-    del src
     return out

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
 import platform
 import socket
 import subprocess
