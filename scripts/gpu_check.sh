@@ -161,8 +161,9 @@ p = os.path.join(out, "results.jsonl")
 if os.path.exists(p):
     recs = records.read(p)
     r0 = recs[0]
-    print(f"{r0['device_name']} driver {r0.get('driver_version')}, copy {r0['measured_gbps']:.0f} GB/s measured, "
-          f"peak {r0['peak_gbps']} GB/s; torch {r0['torch_version']}, transformers {r0['transformers_version']}")
+    print(f"{r0['device_name']} driver {r0.get('driver_version')}, peak {r0['peak_gbps']} GB/s; torch "
+          f"{r0['torch_version']}, transformers {r0['transformers_version']}")
+    print(f"achievable bandwidth: {display.bandwidth_line(r0)}")  # which pattern wins: the README's H200 line
     print(display.markdown([r for r in recs if r.get("kind", "cell") == "cell"]))
 p = os.path.join(out, "native.jsonl")
 if os.path.exists(p):
@@ -189,27 +190,17 @@ if os.path.exists(p):
     print(display.markdown(recs))
 p = os.path.join(out, "ab.jsonl")
 if os.path.exists(p):
-    from floorline.ab import headline
     for s in [r for r in records.read(p) if r.get("kind") == "ab_summary"]:
-        print(f"{s['model']} ctx {s['ctx']}: {headline(s)}; gmean {s['ratio_gmean']:.3f}x {s['ratio_gmean_ci95']}")
+        print(f"{s['model']} ctx {s['ctx']}: {display.ab_headline(s)}; {display.ab_gmean_line(s)}")
 p = os.path.join(out, "quant.jsonl")
 if os.path.exists(p):
-    from floorline import quantstudy
+    from floorline import quantrows
     recs = records.read(p)
-    names = list(dict.fromkeys(quantstudy.quant.label(r.get("quant")) for r in recs))
-    print("| backend | mode | dtype | ms/step | floor ms | % floor | speed-up | ideal | share | status |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    f = lambda v, s: "-" if v is None else format(v, s)
-    for r in quantstudy.rows(recs, "qwen2.5-7b", 2048, ["eager", "graph"], names):
-        print(f"| {r['backend']} | {r['mode']} | {r['dtype']} | {f(r['ms'], '.3f')} | {f(r['floor_ms'], '.3f')} | "
-              f"{f(r['fraction'], '.1%')} | {f(r['speedup'], '.2f')} | {f(r['ideal_speedup'], '.2f')} | "
-              f"{f(r['share'], '.0%')} | {r['status'][:60]} |")
-    print("| backend | chain ms | GB | GB/s | % bw | speed-up | ideal | share | status |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in quantstudy.kernel_rows(recs, "qwen2.5-7b", names):
-        print(f"| {r['backend']} | {f(r['ms'], '.3f')} | {f(r['bytes'] and r['bytes'] / 1e9, '.3f')} | "
-              f"{f(r['gbps'], '.0f')} | {f(r['fraction'], '.1%')} | {f(r['speedup'], '.2f')} | "
-              f"{f(r['ideal_speedup'], '.2f')} | {f(r['share'], '.0%')} | {r['status'][:60]} |")
+    names = quantrows.backends_in(recs)
+    print(display.markdown_table(display.QUANT_HEADER, display.quant_rows(
+        quantrows.rows(recs, "qwen2.5-7b", 2048, ["eager", "graph"], names))))
+    print(display.markdown_table(display.KERNEL_HEADER, display.kernel_rows(
+        quantrows.kernel_rows(recs, "qwen2.5-7b", names))))
 p = os.path.join(out, "endpoint.jsonl")
 if os.path.exists(p):
     import statistics
@@ -227,12 +218,6 @@ if os.path.exists(p):
                 print(f"| {r['mode']} | {r['step_ms_median']:.3f} | {itl - r['step_ms_median']:+.3f} | "
                       f"{itl / r['step_ms_median']:.2f}x |")
 for p in [os.path.join(out, d, "explain.jsonl") for d in ("", "explain_native", "explain_native_int4")]:
-  if os.path.exists(p):
-    print("| mode | wall ms | busy ms | floor ms | kernel excess ms | idle gaps ms | kernels/step | host ms | attn ms | attn GB/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in records.read(p):
-        ag = f"{r['attention_gbps']:.0f}" if r["attention_gbps"] else "-"
-        print(f"| {r['mode']} | {r['wall_ms']:.3f} | {r['gpu_busy_ms']:.3f} | {r['floor_ms_measured']:.3f} | "
-              f"{r['kernel_excess_ms']:.3f} | {r['idle_gaps_ms']:.3f} | {r['kernels_per_step']:.0f} | "
-              f"{r['host_enqueue_ms']:.3f} | {r['attention_ms']:.3f} | {ag} |")
+    if os.path.exists(p):
+        print(display.markdown_table(display.EXPLAIN_HEADER, display.explain_rows(records.read(p))))
 PY

@@ -29,6 +29,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def bf16_by_default(monkeypatch):
+    """`--dtype auto` is bf16 in every in-process test, whatever this CPU: the tests' figures do not depend on the
+    machine (test_measure checks the detection itself, through the real function kept in models)."""
+    from floorline import models
+
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
+
+
 @pytest.fixture(scope="session")
 def cpu() -> torch.device:
     return torch.device("cpu")
@@ -58,6 +67,14 @@ def tiny_qwen2_dir(tmp_path_factory, cpu) -> Path:
     model.save_pretrained(d, safe_serialization=True)
     assert (d / "config.json").is_file() and list(d.glob("*.safetensors"))
     return d
+
+
+def inject(tmp_path: Path, monkeypatch, sitecustomize: str) -> None:
+    """Put `sitecustomize` on the PYTHONPATH of every child process started from now on (fault injection)."""
+    d = tmp_path / "inject"
+    d.mkdir()
+    (d / "sitecustomize.py").write_text(sitecustomize)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")]))
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:

@@ -357,3 +357,31 @@ def test_debug_shows_the_traceback():
 def test_debug_before_the_verb_shows_the_traceback(capsys):
     with pytest.raises(UserError):
         cli.main(["--debug", "floor", "--model", "gpt-5", "--ctx", "1"])
+
+
+def _render(table, columns: int) -> list[str]:
+    from rich.console import Console
+
+    c = Console(width=columns, file=io.StringIO(), highlight=False)
+    c.print(table)
+    return c.file.getvalue().splitlines()
+
+
+def test_the_run_table_fits_80_columns_without_cutting_a_number(run_all):
+    _, recs, _ = run_all
+    lines = _render(display.run_table(recs, columns=80), 80)
+    assert all(len(ln) <= 80 for ln in lines) and not any("…" in ln for ln in lines)
+    body = "\n".join(lines)
+    for r in recs:  # the essential figures, whole
+        for v in (f"{r['step_ms_median']:.3f}", f"{r['floor_ms_measured']:.3f}",
+                  f"{r['fraction_of_floor_measured']:.1%}", f"{r['achieved_gbps']:.0f}"):
+            assert v in body
+    assert "p90 ms" not in body and "--wide" in body
+
+
+def test_the_full_table_on_a_wide_terminal_or_with_wide(run_all):
+    _, recs, _ = run_all
+    wide = "\n".join(_render(display.run_table(recs, columns=250), 250))
+    assert "p90 ms" in wide and "J/token" in wide and "…" not in wide
+    forced = "\n".join(_render(display.run_table(recs, wide=True, columns=80), 400))
+    assert "p90 ms" in forced

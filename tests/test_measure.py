@@ -1,13 +1,11 @@
-"""measure / timing / bandwidth: validation before anything is built, the verdict on a measured step, the clocks."""
+"""measure / bandwidth: validation before anything is built, the verdict on a measured step, the patterns."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 import torch
 
-from floorline import bandwidth, floor, measure, models, timing, zoo
+from floorline import bandwidth, floor, measure, models, zoo
 from floorline.errors import UserError
 from floorline.measure import RunConfig
 
@@ -102,7 +100,7 @@ def test_free_bytes_cpu_is_plausible():
 def test_measure_cells_refuses_before_building(monkeypatch):
     monkeypatch.setattr(models, "free_bytes", lambda device: 1000)
     monkeypatch.setattr(models, "build", lambda *a, **k: pytest.fail("built a model that cannot fit"))
-    monkeypatch.setattr(bandwidth, "copy_bandwidth", lambda *a, **k: pytest.fail("measured before the memory check"))
+    monkeypatch.setattr(bandwidth, "achievable_bandwidth", lambda *a, **k: pytest.fail("measured before the memory check"))
     with pytest.raises(UserError, match="out of memory"):
         list(measure.measure_cells(cfg()))
 
@@ -155,23 +153,56 @@ def test_judge_flags_spread():
     assert any("unstable" in w for w in rec["warnings"]) and rec["valid"] is True
 
 
-# --------------------------------------------------------------------------------------------- clocks, bandwidth
-def test_cpu_timer_times_each_step():
-    calls = []
-
-    def step():
-        calls.append(time.perf_counter())
-        time.sleep(0.002 * len(calls))
-
-    ms = timing.time_steps(step, 4, torch.device("cpu"))
-    assert len(calls) == 4 and len(ms) == 4
-    for i, t in enumerate(ms, 1):
-        assert 2.0 * i <= t < 2.0 * i + 50  # step i sleeps 2*i ms; its sample covers it
-    assert ms == sorted(ms)
-
-
+# ------------------------------------------------------------------------------------------------------ bandwidth
 def test_cpu_copy_bandwidth():
     gbps, samples = bandwidth.copy_bandwidth(torch.device("cpu"), nbytes=16 << 20, reps=4)
     assert len(samples) == 4 and all(s > 0 for s in samples)
     assert min(samples) <= gbps <= max(samples)
     assert 0.1 < gbps < 10_000
+
+
+# ------------------------------------------------------------------------------------------ achievable bandwidth
+def test_achievable_bandwidth_is_the_best_pattern_and_keeps_each():
+    bw = bandwidth.achievable_bandwidth(torch.device("cpu"), torch.float32, nbytes=16 << 20, reps=4)
+    assert set(bw["patterns"]) == {"copy", "read", "gemv"}
+    assert bw["gbps"] == max(bw["patterns"].values()) == bw["patterns"][bw["pattern"]]
+    assert bw["samples"] == bw["pattern_samples"][bw["pattern"]] and len(bw["samples"]) == 4
+    assert all(0.1 < g < 10_000 for g in bw["patterns"].values())
+
+
+def test_the_floor_and_the_verdict_use_the_best_pattern(monkeypatch):
+    # a pattern faster than the copy raises the measured bandwidth: the floor at it drops, the verdict follows it
+    fake = {"gbps": 30.0, "samples": [30.0], "pattern": "gemv", "patterns": {"copy": 20.0, "read": 25.0, "gemv": 30.0},
+            "pattern_samples": {"copy": [20.0], "read": [25.0], "gemv": [30.0]}}
+    monkeypatch.setattr(bandwidth, "achievable_bandwidth", lambda *a, **k: fake)
+    rec = next(iter(measure.measure_cells(cfg(steps=3))))
+    assert rec["measured_gbps"] == 30.0 and rec["bw_pattern"] == "gemv"
+    assert rec["bw_patterns_gbps"] == fake["patterns"]
+    assert rec["floor_ms_measured"] == pytest.approx(rec["floor_bytes"] / 30e9 * 1e3)
+
+
+def test_dtype_auto_follows_native_bf16(monkeypatch):
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)
+    assert measure.with_defaults(cfg(dtype="auto", prefill_chunk=None), "cpu").dtype == "fp32"
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
+    c = measure.with_defaults(cfg(dtype="auto", prefill_chunk=None), "cpu")
+    assert c.dtype == "bf16" and c.prefill_chunk == measure.PREFILL_CHUNK["cpu"]
+    assert measure.with_defaults(cfg(dtype="auto"), "cuda").dtype == "bf16"
+    assert measure.with_defaults(cfg(dtype="fp16", prefill_chunk=7), "cpu").dtype == "fp16"  # given: kept
+
+
+def test_aten_capability_below_avx512_means_no_native_bf16(monkeypatch):
+    monkeypatch.undo()  # the real detection, not conftest's pin
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    if "bf16" not in open("/proc/cpuinfo").read().split():  # aarch64 FEAT_BF16 does not depend on ATen's level
+        assert models.cpu_has_native_bf16() is False
+
+
+def test_prefill_reports_its_progress(tiny_llama_fp32):
+    from floorline import runtimes
+
+    rt = runtimes.get("eager", "cpu")(tiny_llama_fp32, 128)
+    seen = []
+    with torch.inference_mode():
+        rt.prefill(torch.arange(100).unsqueeze(0), 32, lambda done, n: seen.append((done, n)))
+    assert seen == [(32, 100), (64, 100), (96, 100), (100, 100)]

@@ -287,3 +287,19 @@ def test_cli_report_on_the_committed_h200_grid(tmp_path, capsys):
     rc = cli.main(["report", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "rep2")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "no such results file" in err[0]
+
+
+def test_the_report_imports_no_torch(tmp_path):
+    # records and pure helpers only: a report of every kind of record (cells, A/B, explain, quant, kernel chains)
+    import subprocess
+    import sys
+
+    h200 = Path(__file__).resolve().parents[1] / "results" / "h200"
+    code = ("import sys; from floorline import report; recs, notes = report.load_results([sys.argv[1]]); "
+            "report.write_report(recs, sys.argv[2], notes); "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    p = subprocess.run([sys.executable, "-c", code, str(h200), str(tmp_path / "rep")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Quantised backends" in md and "# A/B" in md

@@ -5,7 +5,6 @@ the runtime's prefill for one context: `crash@CTX` exits hard after a line on st
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from floorline import cli, sweep
+from conftest import inject
+from floorline import cli, resume, sweep
 from floorline.measure import RunConfig
 
 SITECUSTOMIZE = """
@@ -23,7 +23,7 @@ fault = os.environ.get("FLOORLINE_TEST_FAULT", "")
 if fault:
     import floorline.runtimes.base as base
     orig = base.Runtime.prefill
-    def prefill(self, prompt, chunk=1024):
+    def prefill(self, prompt, chunk=1024, progress=None):
         for f in fault.split(","):
             kind, ctx = f.split("@")
             if prompt.shape[1] == int(ctx):
@@ -32,7 +32,7 @@ if fault:
                     os._exit(7)
                 if kind == "hang":
                     time.sleep(3600)
-        return orig(self, prompt, chunk)
+        return orig(self, prompt, chunk, progress)
     base.Runtime.prefill = prefill
 """
 
@@ -41,10 +41,7 @@ COMMON = ["--device", "cpu", "--steps", "3", "--warmup", "1"]
 
 @pytest.fixture
 def faults(tmp_path, monkeypatch):
-    d = tmp_path / "inject"
-    d.mkdir()
-    (d / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")]))
+    inject(tmp_path, monkeypatch, SITECUSTOMIZE)
 
     def set_fault(spec: str):
         monkeypatch.setenv("FLOORLINE_TEST_FAULT", spec)
@@ -76,28 +73,8 @@ def test_crash_and_timeout_are_recorded_invalid_and_the_sweep_goes_on(tmp_path, 
 
 def test_past_max_position_is_invalid_without_a_process(tmp_path):
     cells = sweep.plan(["tiny-qwen2"], [9000], ["eager"], RunConfig("", [], [], device="cpu"))
-    rec = sweep.run_cell(cells[0], timeout_s=1)
+    rec = resume.execute(sweep.cell_job(cells[0]), timeout_s=1)
     assert rec[0]["valid"] is False and "max position 8192" in rec[0]["reason"]
-
-
-def test_sigkill_mid_sweep_then_resume_runs_every_cell_exactly_once(tmp_path):
-    out = tmp_path / "r.jsonl"
-    cmd = [sys.executable, "-m", "floorline", "sweep", "--models", "tiny-llama,tiny-qwen2", "--ctx", "16,24",
-           "--modes", "eager", "--output", str(out), *COMMON]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 1):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    first = lines(out)
-    assert 1 <= len(first) < 4, "kill the sweep mid-way: some but not all cells done"
-    assert subprocess.run(cmd, capture_output=True).returncode == 0
-    recs = lines(out)
-    keys = [(r["model"], r["ctx"]) for r in recs]
-    assert sorted(keys) == sorted({("tiny-llama", 16), ("tiny-llama", 24), ("tiny-qwen2", 16), ("tiny-qwen2", 24)})
-    assert recs[:len(first)] == first  # finished cells kept as they were
-    assert all(r["valid"] for r in recs)
 
 
 def test_truncated_last_line_is_discarded_and_its_cell_redone(tmp_path, capsys):
@@ -181,17 +158,18 @@ def test_ray_local_instance_runs_tiny_cells(tmp_path):
 def test_gpus_executor_gives_each_process_one_gpu(tmp_path, monkeypatch):
     seen = []
 
-    def fake_run_cell(cell, timeout_s, env=None, on_start=None):
-        seen.append((cell.ctx, env["CUDA_VISIBLE_DEVICES"], cell.run.device))
+    def fake_execute(job, timeout_s, env=None, on_start=None):
+        cell = job.cells[0]
+        seen.append((cell.ctx, env["CUDA_VISIBLE_DEVICES"], job.configs[0].device))
         time.sleep(0.05)
-        return [sweep.failure_record(cell, "fake")]
+        return [resume.failure_record(cell, "fake")]
 
-    monkeypatch.setattr(sweep, "run_cell", fake_run_cell)
+    monkeypatch.setattr(sweep, "execute", fake_execute)
     cells = sweep.plan(["tiny-llama"], [16, 24, 32, 40, 48], ["eager"], RunConfig("", [], [], device="cpu"))
     out = tmp_path / "r.jsonl"
     cfg = sweep.SweepConfig(cells, str(out), gpus=[0, 1])
     done = []
-    sweep.run_sweep(cfg, cells, started=lambda c: None, finished=lambda c, r: done.append(c.ctx))
+    sweep.run_sweep(cfg, cells, started=lambda c: None, finished=lambda j, r: done.append(j.cells[0].ctx))
     assert sorted(done) == [16, 24, 32, 40, 48]
     assert {g for _, g, _ in seen} == {"0", "1"}  # both GPUs used
     assert all(dev == "cuda" for _, _, dev in seen)

@@ -3,25 +3,26 @@
 A session is one fresh process (launcher.run_fresh) that builds the model once and runs both arms on it, in A-B order
 on even sessions and B-A on odd ones, so drift does not favour one arm. Per session: ratio = median_A / median_B
 (> 1: B is faster). Summary: mean and geometric-mean ratio, each with a 95% percentile bootstrap interval (scipy).
-Every session's records go to the output file as it finishes; a rerun with the same experiment resumes.
+Sessions run through resume.py like every study: each session's records (both arms, or a failure record for an arm
+that gave none) are appended as it finishes; a rerun of the same experiment resumes, a torn last line is dropped, and
+a session counts only when one attempt at it gave both arms valid (every attempt carries its own ab_attempt id).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import statistics
 import uuid
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Callable
 
-from floorline import quant, records, stats, zoo
+from floorline import quant, records, resume, stats, zoo
 from floorline.errors import UserError
-from floorline.launcher import run_fresh
 from floorline.measure import RunConfig, expand_modes, resolve_device, validate
 from floorline.models import ATTN_IMPLEMENTATIONS, TORCH_DTYPES
-from floorline.runtimes import MODES
+from floorline.modes import MODES
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ def session_configs(cfg: ABConfig, first: Arm, second: Arm) -> list[RunConfig]:
             for arm in (first, second)]
 
 
+def arm_config(cfg: ABConfig, arm: Arm) -> RunConfig:
+    return replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
+
+
 def _arm_of(rec: dict, cfg: ABConfig) -> str | None:
     for name, arm in (("A", cfg.a), ("B", cfg.b)):
         if (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation"), rec.get("quant") or "none") == (
@@ -94,13 +99,31 @@ def _arm_of(rec: dict, cfg: ABConfig) -> str | None:
     return None
 
 
+def _tag_arm(cfg: ABConfig, rec: dict) -> None:
+    rec["ab_arm"] = _arm_of(rec, cfg)
+
+
 def completed_sessions(recs: list[dict], key: str) -> dict[int, dict[str, dict]]:
-    """session -> {"A": record, "B": record} for sessions of this experiment with both arms valid."""
-    by: dict[int, dict[str, dict]] = {}
+    """session -> {"A": record, "B": record} for sessions of this experiment where one attempt gave both arms valid
+    (the last such attempt); arms of different attempts are never paired."""
+    by: dict[tuple, dict[str, dict]] = {}
     for r in recs:
         if r.get("kind") == "cell" and r.get("ab_key") == key and r.get("valid"):
-            by.setdefault(r["ab_session"], {})[r["ab_arm"]] = r
-    return {s: d for s, d in by.items() if set(d) == {"A", "B"}}
+            by.setdefault((r["ab_session"], r.get("ab_attempt")), {})[r["ab_arm"]] = r
+    return {s: d for (s, _), d in by.items() if set(d) == {"A", "B"}}
+
+
+def session_job(cfg: ABConfig, key: str, s: int) -> resume.Job:
+    """Session s: A-B on even sessions, B-A on odd ones; one fresh attempt, its own id on every record."""
+    order = (cfg.a, cfg.b) if s % 2 == 0 else (cfg.b, cfg.a)
+    order_tag = "A-B" if s % 2 == 0 else "B-A"
+    a = zoo.resolve(cfg.base.model)
+    ctx = cfg.base.ctxs[0]
+    cells = [resume.Cell(a, cfg.base.model, ctx, arm.mode, replace(arm_config(cfg, arm), ctxs=[ctx]))
+             for arm in order]
+    tags = {"ab_key": key, "ab_session": s, "ab_order": order_tag, "ab_attempt": uuid.uuid4().hex[:12]}
+    return resume.Job(f"session {s + 1}/{cfg.sessions} ({order_tag})", cells, session_configs(cfg, *order), tags,
+                      annotate=functools.partial(_tag_arm, cfg))
 
 
 def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: None) -> dict:
@@ -110,36 +133,32 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         raise UserError(f"--sessions must be >= 1, got {cfg.sessions}")
     if cfg.resamples < 100:
         raise UserError(f"--resamples must be >= 100 for a percentile interval, got {cfg.resamples}")
+    if len(cfg.base.ctxs) != 1:
+        raise UserError("ab takes one --ctx; run one A/B per context")
     for arm in (cfg.a, cfg.b):  # fail before any session starts: a bad arm would fail all of them
-        arm_cfg = replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
+        arm_cfg = arm_config(cfg, arm)
         a = zoo.resolve(arm_cfg.model)
         device = resolve_device(arm_cfg.device)
         validate(arm_cfg, a, device.type)
         expand_modes(arm_cfg.modes, device)
     key = cfg.key()
-    have = records.read(output) if Path(output).exists() else []
-    done = completed_sessions(have, key)
+    done = completed_sessions(resume.load(output, log), key)
     if done:
         log(f"resuming: {len(done)} of {cfg.sessions} sessions already in {output}")
     failures = []
-    for s in range(cfg.sessions):
-        if s in done:
-            continue
-        order = (cfg.a, cfg.b) if s % 2 == 0 else (cfg.b, cfg.a)
-        order_tag = "A-B" if s % 2 == 0 else "B-A"
-        log(f"session {s + 1}/{cfg.sessions} ({order_tag}): fresh process")
-        recs, why = run_fresh(session_configs(cfg, *order), timeout_s=cfg.timeout_s,
-                              tags={"ab_key": key, "ab_session": s, "ab_order": order_tag})
-        for r in recs:
-            r["ab_arm"] = _arm_of(r, cfg)
-        records.append(output, recs)
+
+    def finished(job: resume.Job, recs: list[dict]) -> None:
+        s = job.tags["ab_session"]
         got = completed_sessions(recs, key)
         if s in got:
             done[s] = got[s]
         else:
-            reasons = [r.get("reason") for r in recs if not r.get("valid")]
-            failures.append(f"session {s}: {why or '; '.join(map(str, reasons)) or 'no records'}")
+            reasons = "; ".join(str(r.get("reason")) for r in recs if not r.get("valid"))
+            failures.append(f"session {s}: {reasons or 'no records'}")
             log(f"session {s + 1} failed: {failures[-1]}")
+
+    jobs = [session_job(cfg, key, s) for s in range(cfg.sessions) if s not in done]
+    resume.run(output, jobs, cfg.timeout_s, started=lambda j: log(f"{j.label}: fresh process"), finished=finished)
     if not done:
         raise UserError(f"no session finished both arms ({'; '.join(failures)[:400]}); try `floorline run` with "
                         f"the same options to see the error")
@@ -172,8 +191,3 @@ def summarize(cfg: ABConfig, key: str, done: dict[int, dict[str, dict]], failure
     }
 
 
-def headline(s: dict) -> str:
-    """The study's form: 'graph vs eager: 1.259x [1.253, 1.267], N=10'."""
-    lo, hi = s.get("ratio_mean_ci95") or (None, None)
-    ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else " [no interval: N < 2]"
-    return f"{s['arm_b']} vs {s['arm_a']}: {s['ratio_mean']:.3f}x{ci}, N={s['n_sessions']}"

@@ -1,8 +1,14 @@
-"""Achievable memory bandwidth of the device a run uses: a large copy, bytes read + written, median of repeats.
+"""Achievable memory bandwidth of the device a run uses: the best of three streaming patterns, each the median of
+repeats, so the floor at measured bandwidth is a lower bound no decode kernel should beat.
 
-GPU: a device-to-device copy of up to 1 GiB (at most 1/8 of free memory) timed with CUDA events, like
-triton's do_bench: warm up, pre-allocated events, one synchronize. CPU: a 256 MiB copy (well past any last-level
-cache) timed with perf_counter, using torch's own threads, as the model does.
+Patterns, over one buffer well past any last-level cache (GPU: up to 1 GiB, at most 1/8 of free memory; CPU:
+256 MiB), bytes counted as the memory traffic each must cause:
+  copy   dst.copy_(src)                 reads and writes n bytes: 2n
+  read   src.sum() (a read-only reduction)                     n
+  gemv   W @ x, W the buffer as (n / 8 KiB) rows of 4096 elements of the run's dtype, x one vector: a decode
+         step's own access pattern (a large GEMV-like read)      n
+Timed like triton's do_bench: 3 warm-ups, pre-allocated timer marks, one synchronize (timing.time_steps); the
+GPU's with CUDA events, the CPU's with perf_counter on torch's own threads, as the model runs.
 """
 
 from __future__ import annotations
@@ -13,24 +19,60 @@ import torch
 
 from floorline.timing import time_steps
 
-GPU_COPY_BYTES = 1 << 30
-CPU_COPY_BYTES = 256 << 20
+GPU_BYTES = 1 << 30
+CPU_BYTES = 256 << 20
+GEMV_COLS = 4096
+PATTERNS = ("copy", "read", "gemv")
+
+
+def _bytes(device: torch.device, nbytes: int | None) -> int:
+    if nbytes is not None:
+        return nbytes
+    if device.type == "cuda":
+        return min(GPU_BYTES, torch.cuda.mem_get_info(device)[0] // 8)
+    return CPU_BYTES
+
+
+def _gbps(moved: int, ms: list[float]) -> list[float]:
+    return [moved / (t * 1e-3) / 1e9 for t in ms]
 
 
 def copy_bandwidth(device: torch.device, nbytes: int | None = None, reps: int = 10) -> tuple[float, list[float]]:
-    """(median GB/s, every sample in GB/s); 1 GB = 1e9 B; each copy moves 2 x nbytes (read + write)."""
-    if nbytes is None:
-        if device.type == "cuda":
-            nbytes = min(GPU_COPY_BYTES, torch.cuda.mem_get_info(device)[0] // 8)
-        else:
-            nbytes = CPU_COPY_BYTES
-    n = nbytes // 2
+    """(median GB/s, every sample in GB/s) of the copy alone; 1 GB = 1e9 B; each copy moves 2 x nbytes."""
+    return _patterns(device, _bytes(device, nbytes), reps, torch.bfloat16, ("copy",))["copy"]
+
+
+def achievable_bandwidth(device: torch.device, dtype: torch.dtype = torch.bfloat16, nbytes: int | None = None,
+                         reps: int = 10) -> dict:
+    """Every pattern's (median GB/s, samples) and the best: {"gbps", "samples", "pattern", "patterns"}."""
+    by = _patterns(device, _bytes(device, nbytes), reps, dtype, PATTERNS)
+    best = max(by, key=lambda k: by[k][0])
+    return {"gbps": by[best][0], "samples": by[best][1], "pattern": best,
+            "patterns": {k: v[0] for k, v in by.items()}, "pattern_samples": {k: v[1] for k, v in by.items()}}
+
+
+def _patterns(device: torch.device, nbytes: int, reps: int, dtype: torch.dtype,
+              which: tuple[str, ...]) -> dict[str, tuple[float, list[float]]]:
+    size = torch.tensor([], dtype=dtype).element_size()
+    rows = max(1, nbytes // (size * GEMV_COLS))
+    n = rows * GEMV_COLS  # elements: whole GEMV rows, the same buffer for every pattern
     gen = torch.Generator(device=device).manual_seed(0)
-    src = torch.randn(n, dtype=torch.bfloat16, device=device, generator=gen)  # random, never zeros
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    ms = time_steps(lambda: dst.copy_(src), reps, device)
-    del src, dst
-    gbps = [2 * n * 2 / (t * 1e-3) / 1e9 for t in ms]  # n bf16 elements = 2n bytes, read and written
-    return statistics.median(gbps), gbps
+    src = torch.randn(n, dtype=dtype, device=device, generator=gen)  # random, never zeros
+    x = torch.randn(GEMV_COLS, dtype=dtype, device=device, generator=gen)
+    out: dict[str, tuple[float, list[float]]] = {}
+    with torch.inference_mode():
+        for name in which:
+            if name == "copy":
+                dst = torch.empty_like(src)
+                fn, moved = (lambda: dst.copy_(src)), 2 * n * size  # read + write
+            elif name == "read":
+                fn, moved = src.sum, n * size  # read only; the result is one element
+            else:
+                w = src.view(rows, GEMV_COLS)
+                y = torch.empty(rows, dtype=dtype, device=device)
+                fn, moved = (lambda: torch.mv(w, x, out=y)), n * size  # the matrix read once; x and y are tiny
+            for _ in range(3):
+                fn()
+            gbps = _gbps(moved, time_steps(fn, reps, device))
+            out[name] = (statistics.median(gbps), gbps)
+    return out

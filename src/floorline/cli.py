@@ -36,35 +36,19 @@ def _int_list(s: str) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------------------- models
 def cmd_models(args) -> int:
-    from rich.table import Table
+    from floorline import display, zoo
 
-    from floorline import floor, zoo
-
-    t = Table(title="embedded models (random weights built on the device; or pass a local directory)")
-    for h in ("name", "family", "params", "layers", "hidden", "heads/kv", "head_dim", "vocab", "tied", "max pos",
-              "bf16 weights GB", "KV B/token"):
-        t.add_column(h, justify="left" if h in ("name", "family") else "right")
-    for a in zoo.ZOO.values():
-        n = floor.parameter_count(a)
-        t.add_row(a.name, a.family, f"{n:,}", str(a.layers), str(a.hidden), f"{a.heads}/{a.kv_heads}",
-                  str(a.head_dim), str(a.vocab), "yes" if a.tied else "no", str(a.max_pos), f"{n * 2 / 1e9:.2f}",
-                  f"{floor.kv_bytes_per_token(a):,}")
-    out.print(t)
+    out.print(display.table(display.MODELS_HEADER, display.models_rows(zoo.ZOO.values()),
+                            "embedded models (random weights built on the device; or pass a local directory)"))
     return 0
 
 
 # ----------------------------------------------------------------------------------------------------------- specs
 def cmd_specs(args) -> int:
-    from rich.table import Table
+    from floorline import display, specs
 
-    from floorline import specs
-
-    t = Table(title="GPU datasheet peak memory bandwidth (every run also measures its copy bandwidth)")
-    for h in ("--gpu", "device", "memory", "peak GB/s", "source", "note"):
-        t.add_column(h, justify="right" if h == "peak GB/s" else "left")
-    for g in specs.GPUS:
-        t.add_row(g.key, g.name, g.memory, f"{g.peak_gbps:,.1f}".rstrip("0").rstrip("."), g.source, g.note)
-    out.print(t)
+    out.print(display.table(display.SPECS_HEADER, display.specs_rows(specs.GPUS),
+                            "GPU datasheet peak memory bandwidth (every run also measures its achievable bandwidth)"))
     try:
         import torch
 
@@ -79,9 +63,7 @@ def cmd_specs(args) -> int:
 
 # ----------------------------------------------------------------------------------------------------------- floor
 def cmd_floor(args) -> int:
-    from rich.table import Table
-
-    from floorline import floor, specs, zoo
+    from floorline import display, floor, specs, zoo
 
     a = zoo.resolve(args.model, need="config", download=args.download)
     if not 0 < args.ctx <= a.max_pos:
@@ -100,36 +82,27 @@ def cmd_floor(args) -> int:
         }))
         return 0
     bits = f"int{fmt.bits} g{fmt.group_size or 'row'}" if fmt.bits else args.dtype
-    t = Table(title=f"{a.name}, ctx {args.ctx}, {bits} decoder matrices, {args.convention} convention: "
-                    f"bytes one decode step moves")
-    t.add_column("component")
-    t.add_column("bytes", justify="right")
-    t.add_column("MB", justify="right")
-    for k, v in f.components.items():
-        t.add_row(k, f"{v:,}", f"{v / 1e6:,.2f}")
-    t.add_row("[b]floor_bytes[/b]", f"[b]{f.bytes:,}[/b]", f"[b]{f.bytes / 1e6:,.2f}[/b]")
-    out.print(t)
-    g = Table(title="floor at datasheet peak bandwidth")
-    for h in ("gpu", "peak GB/s", "floor ms", "tokens/s at floor"):
-        g.add_column(h, justify="left" if h == "gpu" else "right")
-    for s in gpus:
-        ms = by_gpu[s.key]
-        g.add_row(s.key, f"{s.peak_gbps:,.0f}", f"{ms:.3f}", f"{1e3 / ms:,.1f}")
-    out.print(g)
+    out.print(display.table(display.FLOOR_HEADER, display.floor_rows(f),
+                            f"{a.name}, ctx {args.ctx}, {bits} decoder matrices, {args.convention} convention: "
+                            f"bytes one decode step moves"))
+    out.print(display.table(display.FLOOR_GPU_HEADER, display.floor_gpu_rows(gpus, by_gpu),
+                            "floor at datasheet peak bandwidth"))
     return 0
 
 
 # ------------------------------------------------------------------------------------------------------------- run
 def _run_config(args, modes: list[str]):
     from floorline import quant, zoo
-    from floorline.measure import RunConfig, resolve_device
+    from floorline.measure import RunConfig, resolve_device, with_defaults
 
     device = resolve_device(args.device)
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
     model = _hub_dir(model, args.download)
-    return RunConfig(model=model, ctxs=args.ctx, modes=modes, dtype=args.dtype, device=args.device,
-                     warmup=args.warmup, steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk,
-                     attn=args.attn, threads=args.threads, quant=quant.canonical(args.quant))
+    ctxs = args.ctx or [zoo.DEFAULT_GPU_CTX if device.type == "cuda" else zoo.DEFAULT_CPU_CTX]
+    cfg = RunConfig(model=model, ctxs=ctxs, modes=modes, dtype=args.dtype, device=args.device, warmup=args.warmup,
+                    steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
+                    threads=args.threads, quant=quant.canonical(args.quant))
+    return with_defaults(cfg, device.type)
 
 
 def _hub_dir(model: str, download: bool) -> str:
@@ -164,29 +137,19 @@ def cmd_run(args) -> int:
 
 # -------------------------------------------------------------------------------------------------------------- ab
 def cmd_ab(args) -> int:
-    from rich.table import Table
+    from floorline import ab, display
 
-    from floorline import ab
-
-    if len(args.ctx) != 1:
-        raise UserError("ab takes one --ctx; run one A/B per context")
-    cfg = ab.ABConfig(base=_run_config(args, []), a=ab.parse_arm(args.a, args.dtype, args.attn, args.quant),
-                      b=ab.parse_arm(args.b, args.dtype, args.attn, args.quant), sessions=args.sessions,
+    base = _run_config(args, [])
+    cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, base.dtype, args.attn, args.quant),
+                      b=ab.parse_arm(args.b, base.dtype, args.attn, args.quant), sessions=args.sessions,
                       resamples=args.resamples, timeout_s=args.timeout)
     with err.status("floorline ab") as status:
         s = ab.run_ab(cfg, args.output, log=lambda m: status.update(m))
-    t = Table(title=f"{s['model']} ctx {s['ctx']} on {s['device_name']}: A = {s['arm_a']}, B = {s['arm_b']}, "
-                    f"{s['steps']} timed steps per arm per session")
-    for h in ("session", "order", "A median ms", "B median ms", "A/B"):
-        t.add_column(h, justify="right")
-    for i, sess in enumerate(s["sessions"]):
-        t.add_row(str(sess), s["orders"][i], f"{s['median_ms_a'][i]:.3f}", f"{s['median_ms_b'][i]:.3f}",
-                  f"{s['ratios'][i]:.3f}")
-    out.print(t)
-    glo, ghi = s["ratio_gmean_ci95"]
-    out.print(ab.headline(s))
-    out.print(f"geometric mean {s['ratio_gmean']:.3f}x" + (f" [{glo:.3f}, {ghi:.3f}]" if glo is not None else "")
-              + f"; 95% percentile bootstrap, {s['bootstrap_resamples']} resamples, seed {s['seed']}")
+    out.print(display.table(display.AB_SESSION_HEADER, display.ab_session_rows(s),
+                            f"{s['model']} ctx {s['ctx']} on {s['device_name']}: A = {s['arm_a']}, B = {s['arm_b']}, "
+                            f"{s['steps']} timed steps per arm per session"))
+    out.print(display.ab_headline(s))
+    out.print(display.ab_gmean_line(s))
     sys.stdout.flush()  # the table before the notes when both streams go to one pipe
     for f in s["failed_sessions"]:
         err.print(f"failed: {f}")
@@ -198,9 +161,7 @@ def cmd_ab(args) -> int:
 def cmd_sweep(args) -> int:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
-    from rich.table import Table
-
-    from floorline import specs, sweep
+    from floorline import display, resume, specs, sweep, system
     from floorline.measure import RunConfig
 
     if args.timeout <= 0:
@@ -216,18 +177,14 @@ def cmd_sweep(args) -> int:
     if args.gpus and cells[0].run.device.startswith("cpu"):
         raise UserError("--gpus runs cells on GPUs; drop --device cpu")
     cfg = sweep.SweepConfig(cells, args.output, args.timeout, args.rerun, args.gpus, args.ray)
-    have = sweep.load_done(args.output, lambda m: err.print(f"warning: {m}"), repair=not args.dry_run)
+    have = resume.load(args.output, lambda m: err.print(f"warning: {m}"), repair=not args.dry_run)
     todo = sweep.todo_cells(cfg, have)
     if args.dry_run:
-        names = sweep.nvml_gpu_names() if cells[0].run.device.startswith("cuda") else []
+        names = system.nvml_gpu_names() if cells[0].run.device.startswith("cuda") else []
         spec = specs.detect(names[0]) if names else None
-        t = Table(title=f"{len(cells)} cells" + (f"; floor at {spec.name} peak {spec.peak_gbps:.0f} GB/s" if spec else ""))
-        for h in ("cell", "floor GB", "floor ms @peak", "memory GB", "status"):
-            t.add_column(h, justify="left" if h in ("cell", "status") else "right")
-        for r in sweep.dry_run_rows(cells, [] if args.rerun else have, spec.peak_gbps if spec else None):
-            t.add_row(r["cell"], f"{r['floor_bytes'] / 1e9:.2f}",
-                      f"{r['floor_ms_peak']:.3f}" if r["floor_ms_peak"] else "-", f"{r['memory_bytes'] / 1e9:.2f}",
-                      r["status"])
+        title = f"{len(cells)} cells" + (f"; floor at {spec.name} peak {spec.peak_gbps:.0f} GB/s" if spec else "")
+        t = display.table(display.DRY_RUN_HEADER, display.dry_run_rows(
+            sweep.dry_run_rows(cells, [] if args.rerun else have, spec.peak_gbps if spec else None)), title)
         out.print(t)
         return 0
     results: list[dict] = []
@@ -253,9 +210,7 @@ def cmd_sweep(args) -> int:
             err.print(f"interrupted: {len(results)} cell(s) finished this time are in {args.output}; "
                       f"run the same command to resume")
             return 130
-    latest = {sweep.cell_key(r): r for r in [*have, *results]
-              if r.get("kind", "cell") == "cell"}  # the last record of each cell (after --rerun)
-    grid = [latest[c.key()] for c in cells if c.key() in latest]
+    grid = sweep.latest(cells, [*have, *results])
     valid = sum(1 for r in grid if r.get("valid"))
     err.print(f"{valid}/{len(cells)} cells valid in {args.output} ({len(grid)} recorded, {len(results)} run now)")
     return 0
@@ -298,9 +253,7 @@ def cmd_predict(args) -> int:
 def cmd_explain(args) -> int:
     from pathlib import Path
 
-    from rich.table import Table
-
-    from floorline import explain, records
+    from floorline import display, explain, records
 
     cfg = _run_config(args, _names(args.mode))
     if args.profile_steps < 1:
@@ -308,24 +261,12 @@ def cmd_explain(args) -> int:
     with err.status("floorline explain") as status:
         rows = explain.explain(cfg, args.profile_steps, log=lambda m: status.update(m))
     r0 = rows[0]
-    t = Table(title=f"{r0['model']} on {r0['device_name']}: one decode step, {r0['measured_gbps']:.0f} GB/s "
-                    f"measured copy (busy = {r0['busy_is']})")
-    for h in ("ctx", "mode", "wall ms", "busy ms", "floor ms", "kernel excess ms", "idle gaps ms", "kernels/step",
-              "host enqueue ms", "attention ms", "attention GB/s"):
-        t.add_column(h, justify="left" if h == "mode" else "right")
+    out.print(display.table(display.EXPLAIN_HEADER, display.explain_rows(rows),
+                            f"{r0['model']} on {r0['device_name']}: one decode step, {r0['measured_gbps']:.0f} GB/s "
+                            f"measured (busy = {r0['busy_is']})"))
     for r in rows:
-        t.add_row(str(r["ctx"]), r["mode"], f"{r['wall_ms']:.3f}", f"{r['gpu_busy_ms']:.3f}",
-                  f"{r['floor_ms_measured']:.3f}", f"{r['kernel_excess_ms']:.3f}", f"{r['idle_gaps_ms']:.3f}",
-                  f"{r['kernels_per_step']:.0f}", f"{r['host_enqueue_ms']:.3f}", f"{r['attention_ms']:.3f}",
-                  f"{r['attention_gbps']:.0f}" if r["attention_gbps"] else "-")
-    out.print(t)
-    for r in rows:
-        k = Table(title=f"top kernels, {r['mode']} ctx {r['ctx']}")
-        for h in ("kernel", "ms/step", "calls/step", "share"):
-            k.add_column(h, justify="left" if h == "kernel" else "right")
-        for x in r["top_kernels"]:
-            k.add_row(x["name"][:90], f"{x['ms_per_step']:.3f}", f"{x['calls_per_step']:.0f}", f"{x['share']:.1%}")
-        out.print(k)
+        out.print(display.table(display.TOP_KERNEL_HEADER, display.top_kernel_rows(r),
+                                f"top kernels, {r['mode']} ctx {r['ctx']}"))
     d = Path(args.out)
     d.mkdir(parents=True, exist_ok=True)
     (d / "explain.jsonl").unlink(missing_ok=True)
@@ -336,73 +277,32 @@ def cmd_explain(args) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------------- quant
-def _x(v, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
-
-
-def _pct(v, fmt: str) -> str:
-    return "-" if v is None else format(v * 100, fmt) + "%"
-
-
 def cmd_quant(args) -> int:
-    from rich.table import Table
-
-    from floorline import quantstudy
-    from floorline.measure import expand_modes, resolve_device
+    from floorline import display, quantrows, quantstudy
 
     if args.quant != "none":
         raise UserError("quant compares backends: give them with --backends, not --quant")
     base = _run_config(args, _names(args.mode))
     cfg = quantstudy.QuantConfig(base, _names(args.backends) if args.backends else [], args.output, args.kernels,
                                  args.timeout, args.rerun)
-    from floorline.sweep import device_kind
-
     with err.status("floorline quant") as status:
         jobs, recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
-    names = [j.backend for j in jobs]
-    kind = device_kind(jobs[0].run.device)  # the output may hold other machines' runs (it is shared with sweep)
-    recs = [r for r in recs if device_kind(r.get("device")) == kind]
-    modes, model, ctx = (expand_modes(base.modes, resolve_device(base.device), native=False), zoo_name(base.model),
-                        base.ctxs[0])
+    names, modes, model, ctx = [j.backend for j in jobs], jobs[0].modes, jobs[0].arch.name, base.ctxs[0]
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
-    t = Table(title=f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit width, "
-                    f"measured copy bandwidth)")
-    for h in ("backend", "mode", "dtype", "ms/step", "floor ms", "% of floor", "speed-up vs bf16", "ideal speed-up",
-              "share of ideal saving", "status"):
-        t.add_column(h, justify="left" if h in ("backend", "mode", "dtype", "status") else "right")
-    for r in quantstudy.rows(recs, model, ctx, modes, names, base.attn):
-        t.add_row(r["backend"], r["mode"], r["dtype"] or "-", _x(r["ms"], ".3f"), _x(r["floor_ms"], ".3f"),
-                  _pct(r["fraction"], ".1f"), _x(r["speedup"], ".2f"), _x(r["ideal_speedup"], ".2f"),
-                  _pct(r["share"], ".0f"), r["status"][:90])
-    out.print(t)
+    out.print(display.table(display.QUANT_HEADER, display.quant_rows(
+        quantrows.rows(recs, model, ctx, modes, names, base.attn)),
+        f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit width, measured "
+        f"bandwidth)"))
     if args.kernels:
-        k = Table(title="kernel level: the 7 decoder matrices of every layer, batch 1, one chain per sample "
-                        "(CUDA-graph captured on a GPU), against the bytes of those matrices")
-        for h in ("backend", "chain ms", "matrix GB", "GB/s", "% of measured bw", "speed-up vs bf16",
-                  "ideal speed-up", "share of ideal saving", "status"):
-            k.add_column(h, justify="left" if h in ("backend", "status") else "right")
-        for r in quantstudy.kernel_rows(recs, model, names):
-            k.add_row(r["backend"], _x(r["ms"], ".3f"), _x(None if r["bytes"] is None else r["bytes"] / 1e9, ".3f"),
-                      _x(r["gbps"], ".0f"), _pct(r["fraction"], ".1f"), _x(r["speedup"], ".2f"),
-                      _x(r["ideal_speedup"], ".2f"), _pct(r["share"], ".0f"), r["status"][:90])
-        out.print(k)
-    p = Table(title="published (the study, L4, qwen2.5-7b ctx 2048; ideal speed-up from floorline's accounting of "
-                    "each format)")
-    for h in ("backend", "library", "ms/step", "speed-up vs bf16", "ideal speed-up", "share of ideal saving"):
-        p.add_column(h, justify="left" if h in ("backend", "library") else "right")
-    for r in quantstudy.published_rows():
-        p.add_row(r["backend"], r["library"], f"{r['ms']:.2f}", f"{r['speedup']:.2f}", f"{r['ideal_speedup']:.2f}",
-                  _pct(r["share"], ".0f"))
-    out.print(p)
+        out.print(display.table(display.KERNEL_HEADER, display.kernel_rows(quantrows.kernel_rows(recs, model, names)),
+                                "kernel level: the 7 decoder matrices of every layer, batch 1, one chain per sample "
+                                "(CUDA-graph captured on a GPU), against the bytes of those matrices"))
+    out.print(display.table(display.PUBLISHED_QUANT_HEADER, display.published_quant_rows(quantstudy.published_rows()),
+                            "published (the study, L4, qwen2.5-7b ctx 2048; ideal speed-up from floorline's "
+                            "accounting of each format)"))
     sys.stdout.flush()
     err.print(f"records in {args.output}")
     return 0
-
-
-def zoo_name(model: str) -> str:
-    from floorline import zoo
-
-    return zoo.resolve(model).name
 
 
 # -------------------------------------------------------------------------------------------------------- endpoint
@@ -450,7 +350,7 @@ def _print_records(args, done: list[dict]) -> None:
     elif args.format == "md":
         out.print(display.markdown(done))
     else:
-        out.print(display.rich_table(done))
+        out.print(display.run_table(done, wide=getattr(args, "wide", False) or None, columns=out.width))
 
 
 # ---------------------------------------------------------------------------------------------------------- import
@@ -485,13 +385,15 @@ def build_parser() -> Parser:
 
     # the options of one measured cell, shared by run, ab and explain
     opts = argparse.ArgumentParser(add_help=False)
-    opts.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
+    opts.add_argument("--dtype", default="auto", help="bf16, fp16 or fp32; default auto: bf16 on a GPU and on CPUs "
+                                                      "with native bf16 arithmetic, else fp32")
     opts.add_argument("--attn", default="sdpa", help="attention implementation: sdpa (default) or eager")
     opts.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     opts.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
     opts.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     opts.add_argument("--seed", type=int, default=0)
-    opts.add_argument("--prefill-chunk", type=int, default=1024, help="prefill tokens per forward (default 1024)")
+    opts.add_argument("--prefill-chunk", type=int, default=None,
+                      help="prefill tokens per forward (default 1024 on a GPU, 256 on the CPU)")
     opts.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
     opts.add_argument("--quant", default="none", help="decoder matrices: none/bf16 (default), nf4, gptq-exllamav2, "
                                                       "awq-marlin, int4-tinygemm, int4-gemlite or int4 (floorline's)")
@@ -499,8 +401,9 @@ def build_parser() -> Parser:
     cell = argparse.ArgumentParser(add_help=False, parents=[opts])
     cell.add_argument("--model", default=None,
                       help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
-    cell.add_argument("--ctx", type=_int_list, default=[2048],
-                      help="prompt tokens prefilled before decoding, comma-separated for several (default 2048)")
+    cell.add_argument("--ctx", type=_int_list, default=None,
+                      help="prompt tokens prefilled before decoding, comma-separated for several (default 2048 on a "
+                           "GPU, 1024 on the CPU)")
     cell.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
 
     sub.add_parser("models", parents=[common], help="list the embedded models").set_defaults(fn=cmd_models)
@@ -523,6 +426,7 @@ def build_parser() -> Parser:
                                                       "(default)")
     r.add_argument("--output", help="append the records to this JSON-lines file")
     r.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+    r.add_argument("--wide", action="store_true", help="every column of the table, however wide the terminal")
     r.set_defaults(fn=cmd_run)
 
     b = sub.add_parser("ab", parents=[common, cell], help="A/B of two configurations over fresh sessions")

@@ -2,7 +2,7 @@
 
 Per mode, on one built model: wall time per step (CUDA events, no profiler attached), host time to enqueue a step
 (perf_counter around step() with no sync), then K steps under torch.profiler for the device activity.
-  floor        = strict floor bytes / measured copy bandwidth
+  floor        = strict floor bytes / measured bandwidth
   kernel excess = GPU busy - floor            (GPU busy: device activity intervals, overlaps merged)
   idle gaps    = wall - GPU busy              (launch and host overhead: the GPU waits)
 On the CPU the "kernels" are the leaf aten ops of the profile and "GPU busy" is the time inside them.

@@ -1,6 +1,6 @@
 """measure_cells: one model on one device, one context, one or more modes -> one record per mode.
 
-Flow: validate -> copy bandwidth -> floors -> memory check -> build (random on device, or local) -> quantise and
+Flow: validate -> achievable bandwidth (best of copy, read, gemv) -> floors -> memory check -> build (random on device, or local) -> quantise and
 check (--quant) -> per mode: prefill (chunked) -> prepare (capture / compile) -> warm-up steps -> timed steps ->
 energy window -> record; then (--kernels) the decoder-matrix chain.
 Records are yielded as each mode finishes, so the caller can write them before the next mode can fail.
@@ -49,6 +49,15 @@ class RunConfig:
     energy: bool = True  # the ~2 s NVML energy window after the timed steps (GPU only)
     threads: int = 0  # torch CPU threads in the measuring process; 0: torch's own choice
     kernels: bool = False  # also time the chain of decoder matrices alone (one record of kind "kernels")
+
+
+PREFILL_CHUNK = {"cuda": 1024, "cpu": 256}  # the CPU's smaller chunks: a prefill progress line that moves
+
+
+def with_defaults(cfg: RunConfig, device_type: str) -> RunConfig:
+    """Fill what depends on the device: dtype `auto` (models.default_dtype), prefill chunk None (PREFILL_CHUNK)."""
+    return replace(cfg, dtype=models.default_dtype(device_type) if cfg.dtype == "auto" else cfg.dtype,
+                   prefill_chunk=PREFILL_CHUNK[device_type] if cfg.prefill_chunk is None else cfg.prefill_chunk)
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -185,7 +194,7 @@ class Session:
 
 
 def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) -> Session:
-    """Validate, check memory, measure the copy bandwidth, build the model and the prompt."""
+    """Validate, check memory, measure the achievable bandwidth, build the model and the prompt."""
     a = zoo.resolve(cfg.model)
     device = resolve_device(cfg.device)
     modes = expand_modes(cfg.modes, device, cfg.quant)
@@ -206,8 +215,10 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     if nvml is not None:
         base["driver_version"] = nvml.driver()
 
-    log(f"measuring copy bandwidth on {device}")
-    base["measured_gbps"], base["bw_samples_gbps"] = bandwidth.copy_bandwidth(device)
+    log(f"measuring achievable bandwidth on {device} (copy, read, gemv)")
+    bw = bandwidth.achievable_bandwidth(device, models.TORCH_DTYPES[cfg.dtype])
+    base.update({"measured_gbps": bw["gbps"], "bw_samples_gbps": bw["samples"], "bw_pattern": bw["pattern"],
+                 "bw_patterns_gbps": bw["patterns"], "bw_pattern_samples_gbps": bw["pattern_samples"]})
 
     log(f"building {a.name} ({'local weights' if a.path else 'random weights'}, {cfg.dtype}) on {device}")
     torch.manual_seed(cfg.seed)
@@ -294,10 +305,10 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
                         rec.setdefault(k, None)
                 yield rec
         if cfg.kernels:
-            from floorline.quant import kernels
+            from floorline import matrix_chain
 
             log("kernels: the chain of decoder matrices")
-            yield kernels.chain_record(ses, failed=ses.failed)
+            yield matrix_chain.chain_record(ses, failed=ses.failed)
     finally:
         ses.close()
 
@@ -307,9 +318,15 @@ def start_runtime(ses: Session, mode: str, ctx: int, max_len: int, log: Callable
     Returns (runtime, prefill seconds)."""
     cuda = ses.device.type == "cuda"
     rt = runtimes.get(mode, ses.device.type)(ses.model, max_len)
-    log(f"{mode}: prefill {ctx} tokens")
+    log(f"{mode}: prefill 0/{ctx} tokens")
     t0 = time.perf_counter()
-    rt.prefill(ses.prompt[:, :ctx], ses.cfg.prefill_chunk)
+
+    def progress(done: int, n: int) -> None:
+        s = time.perf_counter() - t0
+        eta = f", about {s * (n - done) / done:.0f} s to go" if done < n else ""
+        log(f"{mode}: prefill {done}/{n} tokens ({s:.0f} s{eta})")
+
+    rt.prefill(ses.prompt[:, :ctx], ses.cfg.prefill_chunk, progress)
     if cuda:
         torch.cuda.synchronize()
     prefill_s = time.perf_counter() - t0

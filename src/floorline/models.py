@@ -15,6 +15,24 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.flo
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")  # transformers' names: PyTorch SDPA, or plain matmul + softmax
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU does bf16 arithmetic in hardware (and ATen may use it: ATEN_CPU_CAPABILITY=avx2 says no).
+    Without it bf16 is converted in software on every matmul: slower than fp32 despite half the bytes."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = {w for line in f if line.startswith(("flags", "Features")) for w in line.split(":", 1)[1].split()}
+    except OSError:
+        return False
+    cap = torch.backends.cpu.get_cpu_capability().upper()
+    x86 = ("avx512_bf16" in flags or "amx_bf16" in flags) and cap.startswith(("AVX512", "AMX"))
+    return x86 or "bf16" in flags  # aarch64: FEAT_BF16
+
+
+def default_dtype(device_type: str) -> str:
+    """`--dtype auto`: bf16 on a GPU and on CPUs with native bf16; fp32 on the others (the floor follows the dtype)."""
+    return "bf16" if device_type == "cuda" or cpu_has_native_bf16() else "fp32"
+
+
 def hf_config(a: Arch, dtype: str = "bf16", attn: str = "sdpa"):
     """The transformers config of an embedded architecture."""
     from transformers import LlamaConfig, MistralConfig, Qwen2Config

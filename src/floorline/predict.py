@@ -32,32 +32,8 @@ records (kind "explain", on a GPU) among the inputs replace these: a fitted per 
 counts, else a = (K - b)/layers with b kept. compile has no kernel model (Inductor fuses) and needs none (no launch
 term).
 
-Validation (on the CPU, from the committed records and published.json; tests/test_predict.py pins blocks 1-3)
-  1. H200, across models and contexts. Calibrated on results/h200/core_run.jsonl, qwen2.5-7b ctx 2048 only (its 4
-     cells + the 3 explain records): eta 0.356, c 0 (one GPU), l eager 65.2 us, static 17.0 us. Predicted vs measured:
-       llama-3.1-8b ctx 2048   graph   8.94 vs   9.23 ms (-3%)    eager 106.6 vs 104.8 ms (+2%)
-       llama-3.1-8b ctx 8192   graph   9.41 vs  13.27 ms (-29%)   eager 107.1 vs  59.4 ms (+80%)
-       qwen2.5-7b   ctx 8192   graph   8.55 vs  11.34 ms (-25%)   eager  94.1 vs  89.0 ms (+6%)
-     (static / compile, llama ctx 2048: -4% / +5%.) Model size transfers. Context does not: the graph step grows 3.0 ms
-     from ctx 2048 to 8192 while the strict floor grows 0.07 ms; the KV side of HF's static-cache step runs far below
-     peak (at ctx 2048: attention 0.32 ms for 117 MB of KV, ~8% of peak, plus two copies per layer that eager does not
-     run, 0.96 ms, likely of the whole cache), so one eta calibrated at one context underpredicts 4x longer contexts
-     by a quarter. Eager on this host is noisy: the A/B file has the same qwen ctx 2048 eager cell at 56-99 ms over
-     10 sessions, and llama ctx 8192 eager (59 ms) ran faster than its ctx 2048 (105 ms); eager errors under ~40% are
-     not resolvable here.
-  2. Published, back-prediction. calibrate_published (paper convention): eta 0.988, c 8.84 ms, l eager 1.98 us. The
-     graph steps come back exactly (two GPUs, two parameters): H100 13.48 ms, L4 60.62 ms. Eager: H100 16.07 vs 16.97 ms
-     (-5.3%), L4 63.22 vs 62.32 ms (+1.4%); 28.5% and 80.9% of the floor against the published 27% and 82.1%. One
-     launch cost cannot carry both: eager minus graph is the host time left exposed, and on the slow L4 most host work
-     hides behind the kernels (2.7 us per kernel exposed on the H100, 1.3 on the L4).
-  3. Published -> our H200 (qwen2.5-7b ctx 2048, paper bytes 15.35 GB): graph 12.08 vs 8.34 ms measured (+45%), eager
-     14.67 vs 93.94 ms (-84%). Findings, not fit errors: the study's fixed 8.8 ms graph overhead is more than our whole
-     H200 graph step beyond its floor (8.34 - 3.20 = 5.1 ms; transformers 5.17, torch 2.11), and our H200 host leaves
-     ~65 us per eager kernel exposed where the study's H100 host left ~2.7. eta and the launch cost belong to the
-     software stack and the host CPU, not only to the GPU.
-  4. The reverse, H200 -> L4 (indicative; strict bytes against paper-convention cells): a one-GPU calibration has c = 0
-     and scales the whole graph step with 1/P: L4 graph 133.5 ms against ~60.6 published. To predict across a wide
-     range of bandwidths, calibrate on records from two or more GPUs.
+Validation (against the committed H200 records and the published points) is in the README, generated from those
+records by scripts/readme_tables.py; tests/test_predict.py keeps one regression test of it.
 """
 
 from __future__ import annotations
@@ -69,12 +45,12 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from floorline import floor, published, records, specs, zoo
+from floorline import floor, modes, published, records, specs, zoo
 from floorline.errors import UserError
 
-MODES = ("eager", "static", "graph", "compile")
 REPLAY_MODES = ("graph", "compile")  # no per-kernel host launch cost
 HOST_MODES = ("eager", "static")
+MODES = tuple(m for m in modes.MODES if m in HOST_MODES + REPLAY_MODES)  # native has no model here (yet)
 CAVEAT = ("eta and the launch cost are properties of the software stack and the host CPU, not only of the GPU; "
           "this prediction assumes they transfer to {gpu}.")
 

@@ -2,7 +2,7 @@
 
 Owns: the table and name matching. Pure Python. Measuring the achievable bandwidth lives in bandwidth.py.
 Figures: ../shared/facts/gpus.md (vendor datasheets). Datasheet peaks overstate what can be reached; every run also
-measures the copy bandwidth, and an unknown GPU runs on that figure alone.
+measures its achievable bandwidth (bandwidth.py), and an unknown GPU runs on that figure alone.
 """
 
 from __future__ import annotations

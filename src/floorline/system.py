@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
 import platform
 import socket
 import subprocess
@@ -19,19 +18,29 @@ import torch
 from floorline import __version__
 
 
-def git_sha() -> str | None:
-    """The commit of the floorline checkout this code runs from, if it runs from one; `+dirty` when the package's
-    tracked files differ from that commit (then source_sha256 says which code ran)."""
-    here = Path(__file__).resolve().parent
+def git_sha(package: Path | None = None) -> str | None:
+    """The commit of the floorline checkout this code runs from, only when the package's own files are tracked in
+    that repository at that commit: a copy of the package dropped, untracked, into another repository's work tree
+    names no commit of that repository. `+dirty` when a tracked file of the package differs from the commit or a
+    source file of it is untracked. source_sha256 always says which code ran."""
+    here = (package or Path(__file__).resolve().parent).resolve()
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5)
+
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        if out.returncode != 0 or not out.stdout.strip():
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0 or not head.stdout.strip():
             return None
-        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=here,
-                            capture_output=True, text=True, timeout=5)
+        # ours only if the package itself is tracked at that commit, not merely sitting inside its work tree
+        if "__init__.py" not in git("ls-tree", "--name-only", "HEAD", "--", "__init__.py").stdout.split():
+            return None
+        st = git("status", "--porcelain", "--untracked-files=all", "--", ".")
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() + ("+dirty" if st.returncode == 0 and st.stdout.strip() else "")
+    # dirty: a tracked file changed, or a source file the commit lacks (__pycache__ and the like do not count)
+    changed = [ln for ln in st.stdout.splitlines() if not ln.startswith("??") or ln.rstrip().endswith(".py")]
+    return head.stdout.strip() + ("+dirty" if st.returncode == 0 and changed else "")
 
 
 def source_sha256(root: Path | None = None) -> str:
@@ -53,6 +62,28 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def nvml_gpu_names() -> list[str]:
+    """The NVIDIA GPUs of this host, asked through NVML so a parent process never opens a CUDA context of its own."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                 for i in range(pynvml.nvmlDeviceGetCount())]
+        return [n.decode() if isinstance(n, bytes) else n for n in names]
+    except Exception:
+        return []
+
+
+def device_name(device: str) -> str:
+    """Without opening a CUDA context: NVML's name of the GPU `device` names, or the CPU's name."""
+    if str(device).startswith("cuda"):
+        names = nvml_gpu_names()
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        return names[idx] if idx < len(names) else device
+    return cpu_name()
 
 
 def environment() -> dict:

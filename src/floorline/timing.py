@@ -1,13 +1,18 @@
-"""Step timers, the only clocks that time decode steps.
+"""The only clocks: step timers for decode steps, and the one timer of graph-captured work.
 
-A timer holds n + 1 pre-allocated marks; the caller marks before the first step and after each one, so step i is
-mark[i] -> mark[i+1] and nothing between steps escapes the count. No sync, allocation or logging happens between
+A step timer holds n + 1 pre-allocated marks; the caller marks before the first step and after each one, so step i
+is mark[i] -> mark[i+1] and nothing between steps escapes the count. No sync, allocation or logging happens between
 marks: CUDA events are recorded on the current stream and read once, after one synchronize, in samples_ms().
+
+Graph-captured work (capture_graph, graph_ms, time_captured): warm-up calls on a side stream (compilers, autotuners
+and workspaces run there), one call recorded into a CUDA graph, replays timed back to back with the step timer.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
+from typing import Callable
 
 import torch
 
@@ -47,3 +52,45 @@ def time_steps(step, n: int, device: torch.device) -> list[float]:
         step()
         timer.mark(i + 1)
     return timer.samples_ms()
+
+
+# ------------------------------------------------------------------------------------------ graph-captured work
+def capture_graph(body: Callable[[], None], warmup: int) -> "torch.cuda.CUDAGraph":
+    """`warmup` real calls of `body` on a side stream (as CUDA graphs require; compilers and autotuners run here),
+    then one call recorded, not run, into a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_captured(body: Callable[[], None], warmup: int, samples: int, device: torch.device) -> list[float]:
+    """Milliseconds per call of `body`, one sample per call: on a GPU `body` is captured once (capture_graph) and
+    each sample is one replay (no launch overhead), after `warmup` untimed replays; on the CPU, where nothing is
+    captured, `warmup` plain calls then `samples` timed ones."""
+    if device.type != "cuda":
+        for _ in range(warmup):
+            body()
+        return time_steps(body, samples, device)
+    graph = capture_graph(body, warmup)
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    out = time_steps(graph.replay, samples, device)
+    del graph
+    return out
+
+
+def graph_ms(calls: list[Callable[[], object]], replays: int = 20) -> float:
+    """Median milliseconds per call of `calls` recorded into one CUDA graph (capture_graph: one warm-up call each,
+    where Triton compiles and autotunes), replayed `replays` times back to back after one untimed replay."""
+    graph = capture_graph(lambda: [f() for f in calls], 1)
+    graph.replay()
+    return statistics.median(time_steps(graph.replay, replays, torch.device("cuda"))) / len(calls)

@@ -73,6 +73,8 @@ ZOO: dict[str, Arch] = {a.name: a for a in [
 
 DEFAULT_GPU_MODEL = "qwen2.5-7b"
 DEFAULT_CPU_MODEL = "qwen2.5-0.5b"
+DEFAULT_GPU_CTX = 2048  # the study's shortest context
+DEFAULT_CPU_CTX = 1024  # the newcomer's first run finishes within a minute on 2 AVX2 cores (README)
 
 
 def arch_from_config(cfg: dict, name: str, path: str | None = None) -> Arch:

@@ -471,7 +471,7 @@ def _cold_bench(call, reps: int = 8) -> list[float]:
     cache (the weights come from memory), recorded in one CUDA graph (no launch overhead), minus the same graph of
     writes alone. Triton's default times one eager launch on warm weights, which ranks small matrices by launch
     cost and L2 hits. ms per call, as the autotuner's [median, p20, p80] (one figure: medians of 5 replays)."""
-    from floorline.runtimes.base import graph_ms
+    from floorline.timing import graph_ms
 
     dev = torch.device("cuda", torch.cuda.current_device())
     if dev not in _FLUSH:

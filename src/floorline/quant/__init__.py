@@ -7,6 +7,7 @@ each against its dequantised weights before anything is timed; lm_head, embeddin
 
 from __future__ import annotations
 
+from floorline import quantrows
 from floorline.errors import UserError
 from floorline.quant.awq_marlin import AwqMarlin
 from floorline.quant.base import Backend, Conversion, QuantCheckError, convert, decoder_linears
@@ -16,7 +17,7 @@ from floorline.quant.int4 import Int4Native
 from floorline.quant.nf4 import NF4
 from floorline.quant.tinygemm import Int4Tinygemm
 
-REFERENCE = "none"
+REFERENCE = quantrows.REFERENCE
 ALIASES = {"bf16": REFERENCE, "none": REFERENCE}
 BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (NF4, GptqExllamaV2, AwqMarlin, Int4Tinygemm, Int4Gemlite,
                                                            Int4Native)}
@@ -42,6 +43,4 @@ def get(name: str) -> Backend | None:
     return None if name == REFERENCE else BACKENDS[name]()
 
 
-def label(name: str | None) -> str:
-    """How tables name a backend: `bf16` for the reference (whatever its dtype, the records say it)."""
-    return "bf16" if name in (None, REFERENCE) else name
+label = quantrows.label  # how tables name a backend (bf16 for the reference)

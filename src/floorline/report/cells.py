@@ -8,8 +8,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable
 
-# floorline.runtimes.MODES, in the same order, without importing torch (the report needs no GPU stack)
-MODE_ORDER = ("eager", "static", "graph", "compile")
+from floorline.modes import MODES as MODE_ORDER  # the one list of modes, without torch
 
 
 def kind(rec: dict) -> str:

@@ -6,7 +6,7 @@ Owns the content and its wording; cells.py groups, markdown.py / html.py render.
 
 from __future__ import annotations
 
-from floorline import published
+from floorline import display, published, quantrows
 from floorline.report import cells as C
 from floorline.report.document import Bullets, Document, Figure, Heading, Table, Text
 
@@ -50,7 +50,7 @@ def device_line(name: str, recs: list[dict]) -> str:
     hosts = sorted({str(r["host"]) for r in recs if r.get("host")})
     p = (f"datasheet peak {peak:.0f} GB/s ({source})" if peak
          else "no datasheet peak (the floor is at measured bandwidth)")
-    m = f"measured copy {meas:.0f} GB/s" if meas else "no measured bandwidth"
+    m = f"measured {meas:.0f} GB/s (best streaming pattern)" if meas else "no measured bandwidth"
     h = f"; host{'s' * (len(hosts) > 1)}: {', '.join(hosts)}" if hosts else ""
     return f"{name}: {p}, {m}{h}."
 
@@ -63,7 +63,7 @@ def cell_sections(doc: Document, cells: list[dict]) -> None:
     doc.add(Text("One row per device × model × ctx × mode. ms/step, p90, % floor and GB/s: median over the row's "
                  "valid records (one per machine and run); invalid records count in valid/total only. "
                  "% floor = floor ms / step ms, strict floor unless marked paper; @peak at the datasheet peak, "
-                 "@meas at the measured copy bandwidth; GB/s = strict floor bytes / step time."))
+                 "@meas at the measured bandwidth; GB/s = strict floor bytes / step time."))
     for (dev,), drecs in C.grouped(cells, lambda r: (C.device(r),)):
         doc.add(Heading(2, dev), Text(device_line(dev, drecs)))
         rows = [cell_row(m, ctx, v, rs) for (_, m, ctx, v), rs in
@@ -116,20 +116,11 @@ def published_section(doc: Document, cells: list[dict]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------- A/B
-def published_ab_headline(p: dict) -> str:
-    """ab.headline's form for a published row, which may lack an interval and N."""
-    ci = p.get("ratio_mean_ci95")
-    ci_s = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else " (no interval published)"
-    n_s = f", N={p['n_sessions']}" if p.get("n_sessions") else ""
-    return f"{p['arm_b']} vs {p['arm_a']}: {p['ratio_mean']:.3f}x{ci_s}{n_s}"
-
-
 def ab_section(doc: Document, summaries: list[dict]) -> None:
-    from floorline.ab import headline  # imports the measuring stack (torch): only when there is an A/B to show
-
     pub = published.load()["cuda_graphs_ab"]
-    items = [f"ours, {C.device(s)}, {_where(s.get('model'), s.get('ctx'))}: {headline(s)}" for s in summaries]
-    items += [f"published, {p['gpu']}, {_where(p['model'], p['ctx'])}: {published_ab_headline(p)}" for p in pub]
+    items = [f"ours, {C.device(s)}, {_where(s.get('model'), s.get('ctx'))}: {display.ab_headline(s)}"
+             for s in summaries]
+    items += [f"published, {p['gpu']}, {_where(p['model'], p['ctx'])}: {display.ab_headline(p)}" for p in pub]
     rows = []
     for s in summaries:
         lo, hi = s.get("ratio_mean_ci95") or (None, None)
@@ -164,41 +155,31 @@ def explain_section(doc: Document, recs: list[dict]) -> None:
 # -------------------------------------------------------------------------------------------------------- quant
 def quant_section(doc: Document, recs: list[dict]) -> None:
     """Per device x model x ctx with quantised records: `floorline quant`'s tables, from the same row functions."""
-    from floorline import quant, quantstudy  # imports torch: only when there are quantised records
-
     cells = C.of_kind(recs, "cell")
     doc.add(Heading(1, "Quantised backends"),
-            Text("Each backend against its own floor (its stored bytes at the measured copy bandwidth). Ideal "
+            Text("Each backend against its own floor (its stored bytes at the measured bandwidth). Ideal "
                  "speed-up = bf16 floor bytes / its floor bytes; share of the ideal saving = (t_bf16 - t_q) / "
                  "(t_bf16 - t_bf16 x bytes_q / bytes_bf16), against the bf16 record of the same mode."))
     groups = C.grouped([r for r in cells if r.get("ctx") is not None],
                        lambda r: (C.device(r), r.get("model"), r.get("ctx")))
     for (dev, m, ctx), rs in groups:
-        names = [n for n in quant.NAMES if any(quant.label(r.get("quant")) == n for r in rs)]
+        names = quantrows.backends_in(rs)
         if names == ["bf16"] or not names:
             continue
         modes = sorted({r.get("mode") for r in rs}, key=C.mode_rank)
-        rows = [[r["backend"], r["mode"], r["dtype"] or "-", num(r["ms"], ".3f"), num(r["floor_ms"], ".3f"),
-                 pct(r["fraction"]), num(r["speedup"], ".2f"), num(r["ideal_speedup"], ".2f"), pct(r["share"]),
-                 r["status"]] for r in quantstudy.rows(rs, m, ctx, modes, names)]
         doc.add(Heading(2, f"{dev}, {_where(m, ctx)}"),
-                Table(["backend", "mode", "dtype", "ms/step", "floor ms @meas", "% floor @meas", "speed-up vs bf16",
-                       "ideal speed-up", "share of ideal saving", "status"], rows))
+                Table(display.QUANT_HEADER, display.quant_rows(quantrows.rows(rs, m, ctx, modes, names))))
         chains = [r for r in C.of_kind(recs, "kernels") if C.device(r) == dev and r.get("model") == m]
         if chains:
-            krows = [[r["backend"], num(r["ms"], ".3f"), num(None if r["bytes"] is None else r["bytes"] / 1e9, ".3f"),
-                      num(r["gbps"], ".0f"), pct(r["fraction"]), num(r["speedup"], ".2f"),
-                      num(r["ideal_speedup"], ".2f"), pct(r["share"]), r["status"]]
-                     for r in quantstudy.kernel_rows(chains, m, names)]
-            doc.add(Table(["backend", "chain ms", "matrix GB", "GB/s", "% of measured bw", "speed-up vs bf16",
-                           "ideal speed-up", "share of ideal saving", "status"], krows,
+            doc.add(Table(display.KERNEL_HEADER, display.kernel_rows(quantrows.kernel_rows(chains, m, names)),
                           caption="Kernel level: the decoder matrices alone, batch 1, one graph-captured chain."))
-    prow = [[r["backend"], r["library"], r["gpu"], num(r["ms"], ".2f"), num(r["speedup"], ".2f"),
-             num(r["ideal_speedup"], ".2f"), pct(r["share"])] for r in quantstudy.published_rows()]
-    doc.add(Table(["backend (published)", "library", "GPU", "ms/step", "speed-up vs bf16", "ideal speed-up (derived)",
-                   "share of ideal saving (derived)"], prow,
-                  caption="Published: the study's L4 rows for qwen2.5-7b ctx 2048; the ideal speed-up uses floorline's "
-                          "byte accounting of each format."))
+    pub = quantrows.published_rows(lambda q: None)
+    if pub:
+        fbytes = quantrows.record_floor_bytes(cells, pub[0]["model"], pub[0]["ctx"])
+        doc.add(Table(display.PUBLISHED_QUANT_HEADER, display.published_quant_rows(quantrows.published_rows(fbytes)),
+                      caption=f"Published: the study's L4 rows for {pub[0]['model']} ctx {pub[0]['ctx']}; the ideal "
+                              f"speed-up is derived from the floor bytes of our records of that cell ('-' where "
+                              f"there are none)."))
 
 
 # ---------------------------------------------------------------------------------------------------- document

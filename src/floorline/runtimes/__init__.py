@@ -5,6 +5,7 @@ reads the clock. Every step() is a real next token: greedy argmax on the device,
 """
 
 from floorline.errors import UserError
+from floorline.modes import MODES
 from floorline.runtimes.base import Runtime
 from floorline.runtimes.compiled import Compiled
 from floorline.runtimes.eager import Eager
@@ -12,8 +13,8 @@ from floorline.runtimes.graph import Graph
 from floorline.runtimes.native import Native
 from floorline.runtimes.static import Static
 
-RUNTIMES: dict[str, type[Runtime]] = {r.name: r for r in (Eager, Static, Graph, Compiled, Native)}
-MODES = tuple(RUNTIMES)
+_BY_NAME = {r.name: r for r in (Eager, Static, Graph, Compiled, Native)}
+RUNTIMES: dict[str, type[Runtime]] = {m: _BY_NAME[m] for m in MODES}  # modes.MODES is the one list (and order)
 CPU_MODES = tuple(m for m, r in RUNTIMES.items() if not r.needs_cuda)
 
 

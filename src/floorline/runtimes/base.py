@@ -3,36 +3,9 @@
 from __future__ import annotations
 
 import inspect
-import statistics
 from typing import Callable
 
 import torch
-
-
-def capture_graph(body: Callable[[], None], warmup: int) -> "torch.cuda.CUDAGraph":
-    """`warmup` real calls of `body` on a side stream (as CUDA graphs require; compilers and autotuners run here),
-    then one call recorded, not run, into a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            body()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
-    torch.cuda.synchronize()
-    return graph
-
-
-def graph_ms(calls: list[Callable[[], object]], replays: int = 20) -> float:
-    """Median milliseconds per call of `calls` recorded into one CUDA graph (capture_graph: one warm-up call each,
-    where Triton compiles and autotunes), replayed `replays` times back to back after one untimed replay."""
-    from floorline.timing import time_steps
-
-    graph = capture_graph(lambda: [f() for f in calls], 1)
-    graph.replay()
-    return statistics.median(time_steps(graph.replay, replays, torch.device("cuda"))) / len(calls)
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -81,13 +54,17 @@ class Runtime:
     def _forward(self, input_ids, position_ids, **kw):
         return self.model(input_ids=input_ids, position_ids=position_ids, use_cache=True, **{self.kw: self.cache}, **kw)
 
-    def prefill(self, prompt: torch.Tensor, chunk: int = 1024) -> None:
-        """Prompt (1, n) into the cache, `chunk` tokens at a time so the attention matrix of a long context stays small."""
+    def prefill(self, prompt: torch.Tensor, chunk: int = 1024,
+                progress: Callable[[int, int], None] | None = None) -> None:
+        """Prompt (1, n) into the cache, `chunk` tokens at a time so the attention matrix of a long context stays small;
+        progress(tokens done, n) after each chunk."""
         n = prompt.shape[1]
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             pos = torch.arange(s, e, device=self.device).unsqueeze(0)
             logits = self._forward(prompt[:, s:e], pos, logits_to_keep=1).logits
+            if progress:
+                progress(e, n)
         self.tok.copy_(logits[:, -1:].argmax(-1))
         self.pos.fill_(n)
 

@@ -3,7 +3,8 @@ advance inside the graph (in-place adds on device tensors), so every replay is t
 
 import time
 
-from floorline.runtimes.base import Runtime, capture_graph
+from floorline.runtimes.base import Runtime
+from floorline.timing import capture_graph
 
 
 class Graph(Runtime):

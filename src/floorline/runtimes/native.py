@@ -7,7 +7,8 @@ import time
 
 import torch
 
-from floorline.runtimes.base import Runtime, capture_graph
+from floorline.runtimes.base import Runtime
+from floorline.timing import capture_graph
 
 
 class Native(Runtime):
@@ -35,8 +36,10 @@ class Native(Runtime):
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk}
 
-    def prefill(self, prompt: torch.Tensor, chunk: int = 1024) -> None:
+    def prefill(self, prompt: torch.Tensor, chunk: int = 1024, progress=None) -> None:
         self.net.prefill(prompt, chunk)
+        if progress:
+            progress(prompt.shape[1], prompt.shape[1])
 
     def prepare(self) -> None:
         t0 = time.perf_counter()

@@ -1,8 +1,8 @@
-"""The kernel-level view: the model's decoder matrices alone, called in a chain at batch 1, against their bytes.
+"""The kernel-level view of `--kernels`: the model's decoder matrices alone, called in a chain at batch 1, against their bytes.
 
 Each matrix is called once per chain on its own fixed random input (1, 1, in): no attention, norms, cache or
 sampling between them, so the chain's time is the matrices' kernels (plus their own casts, pads and bias adds) and
-the gap to their bytes at the measured copy bandwidth is kernel quality alone. On a GPU the whole chain is captured
+the gap to their bytes at the measured bandwidth is kernel quality alone. On a GPU the whole chain is captured
 once in a CUDA graph and each replay is one sample (no launch overhead); on the CPU each sample is one plain chain.
 """
 
@@ -15,8 +15,7 @@ import torch
 from floorline import floor, models, stats
 from floorline.quant.base import decoder_linears
 from floorline.records import SCHEMA_VERSION
-from floorline.runtimes.base import capture_graph
-from floorline.timing import time_steps
+from floorline.timing import time_captured
 
 WARMUP = 3
 SAMPLES = 30
@@ -36,7 +35,7 @@ def chain_record(ses, failed: str | None = None) -> dict:
     if failed:
         return rec
     try:
-        samples = _time_chain(ses.model, ses.device, models.TORCH_DTYPES[cfg.dtype], cfg.seed)
+        samples = chain_samples(ses.model, ses.device, models.TORCH_DTYPES[cfg.dtype], cfg.seed)
     except Exception as e:  # a kernel that cannot be captured or run: recorded, so a resume does not retry forever
         msg = (str(e).strip().splitlines() or [""])[0][:300]
         rec.update({"valid": False, "reason": f"crash: {type(e).__name__}: {msg}"})
@@ -50,7 +49,7 @@ def chain_record(ses, failed: str | None = None) -> dict:
     return rec
 
 
-def _time_chain(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, seed: int) -> list[float]:
+def chain_samples(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, seed: int) -> list[float]:
     mods = [m for _, _, _, m in decoder_linears(model)]
     gen = torch.Generator(device=device).manual_seed(seed)
     inputs = {}
@@ -63,14 +62,4 @@ def _time_chain(model: torch.nn.Module, device: torch.device, dtype: torch.dtype
             m(inputs[m.in_features])
 
     with torch.inference_mode():
-        if device.type != "cuda":
-            for _ in range(WARMUP):
-                chain()
-            return time_steps(chain, SAMPLES, device)
-        graph = capture_graph(chain, WARMUP)  # warm-up (autotuners, workspaces) off the capture stream first
-        for _ in range(WARMUP):
-            graph.replay()
-        torch.cuda.synchronize()
-        samples = time_steps(graph.replay, SAMPLES, device)
-        del graph
-        return samples
+        return time_captured(chain, WARMUP, SAMPLES, device)  # warm-up (autotuners, workspaces) before capture

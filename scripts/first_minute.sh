@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The README's first command, timed: `floorline run` on the embedded default, as this CPU runs it, then with torch
+# held to AVX2 (ATen, oneDNN and MKL: a CPU without AVX-512 BF16, like a newcomer's 2-core EPYC; the default dtype
+# follows). Writes results/cpu/default_run.jsonl (this CPU's own run) and results/cpu/first_minute.txt, which
+# scripts/readme_tables.py puts in the README. Needs floorline installed (pip install torch==2.13.0 -e .).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=results/cpu
+mkdir -p "$out"
+rm -f "$out/default_run.jsonl"
+t0=$(date +%s.%N)
+(cd /tmp && floorline run --output "$OLDPWD/$out/default_run.jsonl" >/dev/null)
+t1=$(date +%s.%N)
+(cd /tmp && ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+  floorline run --output "$OLDPWD/$out/avx2_run.jsonl.tmp" >/dev/null)
+t2=$(date +%s.%N)
+dtype=$(python -c "import json; print(json.loads(open('$out/default_run.jsonl').readline())['dtype'])")
+dtype_avx2=$(python -c "import json; print(json.loads(open('$out/avx2_run.jsonl.tmp').readline())['dtype'])")
+rm -f "$out/avx2_run.jsonl.tmp"
+{
+  echo "cpu=$(python -c 'from floorline import system; print(system.cpu_name())')"
+  echo "cores=$(nproc)"
+  echo "run_s=$(python -c "print(round($t1 - $t0, 1))")"
+  echo "dtype=$dtype"
+  echo "run_avx2_s=$(python -c "print(round($t2 - $t1, 1))")"
+  echo "dtype_avx2=$dtype_avx2"
+} > "$out/first_minute.txt"
+cat "$out/first_minute.txt"

@@ -1,0 +1,241 @@
+"""The README's tables and figures, produced by floorline from the committed records under results/ so they cannot
+drift: every block between `<!-- floorline:NAME -->` and `<!-- /floorline:NAME -->` is regenerated here.
+
+  python scripts/readme_tables.py          rewrite the blocks in README.md
+  python scripts/readme_tables.py --check  exit 1 and name the stale blocks (tests/test_readme.py runs this)
+
+A block's source is named in it. Text outside the blocks (the native section among it) is left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+H200 = ROOT / "results" / "h200"
+CPU = ROOT / "results" / "cpu"
+BLOCK = re.compile(r"(<!-- floorline:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /floorline:(?P=name) -->)", re.S)
+
+
+def _read(path: Path) -> list[dict]:
+    from floorline import records
+
+    return records.read(path)
+
+
+def _para(text: str) -> str:
+    """Prose wrapped as the rest of the README is (118 columns)."""
+    return textwrap.fill(text, width=118, break_on_hyphens=False, break_long_words=False) + "\n"
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def cpu_run() -> str:
+    """`floorline run` on this project's 2-core CPU, as an 80-column terminal shows it."""
+    from rich.console import Console
+
+    from floorline import display
+
+    path = CPU / "default_run.jsonl"
+    recs = _read(path)
+    con = Console(width=80, file=io.StringIO(), highlight=False, color_system=None)
+    con.print(display.run_table(recs, columns=80))
+    text = "\n".join(ln.rstrip() for ln in con.file.getvalue().splitlines()).strip("\n")
+    r0 = recs[0]
+    return (_para(f"`floorline run` on {r0['device_name']} ({r0['torch_threads']} threads, {r0['dtype']}, torch "
+                  f"{r0['torch_version']}; `{_rel(path)}`), in an 80-column terminal:") + f"\n```\n{text}\n```\n")
+
+
+def first_minute() -> str:
+    """The wall time of the README's first command (scripts/first_minute.sh), as recorded."""
+    kv = dict(ln.split("=", 1) for ln in (CPU / "first_minute.txt").read_text().splitlines() if "=" in ln)
+    return _para(f"On {kv['cpu']} ({kv['cores']} cores, shared with other work while measured): `floorline run` took "
+                 f"{float(kv['run_s']):.0f} s as is ({kv['dtype']}: this CPU has native bf16), and "
+                 f"{float(kv['run_avx2_s']):.0f} s with torch held to AVX2 ({kv['dtype_avx2']}: what a CPU without "
+                 f"AVX-512 BF16 gets); `scripts/first_minute.sh`, `results/cpu/first_minute.txt`.")
+
+
+def h200_run() -> str:
+    from floorline import display
+
+    path = H200 / "core_run.jsonl"
+    recs = [r for r in _read(path) if (r["model"], r["ctx"]) == ("qwen2.5-7b", 2048)]
+    r0 = recs[0]
+    cols = [c for c in display.COLUMNS if c[0] != "valid"]
+    return (_para(f"`floorline run` on an {r0['device_name']} (qwen2.5-7b, ctx 2048, transformers "
+                  f"{r0['transformers_version']}, torch {r0['torch_version'].split('+')[0]}; `{_rel(path)}`; "
+                  f"{display.bandwidth_line(r0)}):") + f"\n{display.markdown(recs, cols)}\n")
+
+
+def grid() -> str:
+    from floorline.report import cells as C
+
+    path = H200 / "grid_default.jsonl"
+    recs = _read(path)
+    gpus = sorted({r.get("gpu_index") for r in recs if r.get("gpu_index") is not None})
+    parts = []
+    for mode in ("graph", "eager"):
+        f = [r["fraction_of_floor_peak"] for r in C.valid(recs) if r["mode"] == mode and r["ctx"] == 2048]
+        lo, hi = f"{100 * min(f):.0f}", f"{100 * max(f):.0f}"
+        parts.append(f"{mode} {lo}%" if lo == hi else f"{mode} {lo}-{hi}%")
+    return _para(f"The study's default grid on the H200 (`sweep --gpus {','.join(map(str, gpus))}`, "
+                 f"{C.count(recs)} cells valid): `{_rel(path)}` and `results/h200/grid_report/`. At ctx 2048, of the "
+                 f"strict floor at datasheet peak: {parts[0]} (the study's H100: 27%, paper convention), {parts[1]}.")
+
+
+def h200_ab() -> str:
+    from floorline import display, published
+
+    path = H200 / "ab_qwen2.5-7b_ctx2048.jsonl"
+    summaries = [r for r in _read(path) if r.get("kind") == "ab_summary"]
+    latest = list({s["ab_key"]: s for s in summaries}.values())
+    pub = "; ".join(f"{p['gpu']}: {display.ab_headline(p)}" for p in published.load()["cuda_graphs_ab"])
+    lines = [display.ab_headline(s) for s in latest]
+    return _para(f"From `{_rel(path)}`; published: {pub}.") + "\n```\n" + "\n".join(lines) + "\n```\n"
+
+
+def h200_explain() -> str:
+    from floorline import display
+
+    path = H200 / "explain_qwen2.5-7b_ctx2048.jsonl"
+    recs = _read(path)
+    keep = ["mode", "wall ms", "busy ms", "floor ms", "kernel excess ms", "idle gaps ms", "kernels/step",
+            "host enqueue ms"]
+    idx = [display.EXPLAIN_HEADER.index(h) for h in keep]
+    rows = [[r[i] for i in idx] for r in display.explain_rows(recs)]
+    return f"From `{_rel(path)}`:\n\n{display.markdown_table(keep, rows)}\n"
+
+
+def h200_quant() -> str:
+    from floorline import display, quantrows
+
+    path = H200 / "quant_qwen2.5-7b_ctx2048.jsonl"
+    recs = _read(path)
+    names = quantrows.backends_in([r for r in recs if r.get("kind") == "cell"])
+    modes = [m for m in ("eager", "graph") if any(r.get("mode") == m for r in recs)]
+    r0 = next(r for r in recs if r.get("kind") == "cell" and r.get("valid"))
+    libs = sorted({f"{r['quant_library']} {r['quant_version']}" for r in recs
+                   if r.get("quant_library") and r.get("quant_version")})
+    main = display.markdown_table(display.QUANT_HEADER, display.quant_rows(
+        quantrows.rows(recs, "qwen2.5-7b", 2048, modes, names)))
+    chain = display.markdown_table(display.KERNEL_HEADER, display.kernel_rows(
+        quantrows.kernel_rows(recs, "qwen2.5-7b", names)))
+    return (_para(f"On an {r0['device_name']} (qwen2.5-7b, ctx 2048; torch {r0['torch_version'].split('+')[0]}, "
+                  f"transformers {r0['transformers_version']}; {', '.join(libs)}; `{_rel(path)}`):")
+            + f"\n{main}\n\nKernel level (`--kernels`: the decoder matrices alone, batch 1, graph-captured):\n\n"
+              f"{chain}\n")
+
+
+def predict_validation() -> str:
+    """predict's validation: calibrated on one H200 cell, published back-prediction, published -> H200, H200 -> L4."""
+    from floorline import predict, specs, zoo
+
+    core = _read(H200 / "core_run.jsonl")
+    explain = _read(H200 / "explain_qwen2.5-7b_ctx2048.jsonl")
+    measured = {(r["model"], r["ctx"], r["mode"]): r["step_ms_median"] for r in core}
+    h200, l4 = specs.lookup("h200"), specs.lookup("l4")
+    cal = predict.calibrate([r for r in core if (r["model"], r["ctx"]) == ("qwen2.5-7b", 2048)] + explain)
+
+    def vs(c, model, ctx, mode, gpu=h200):
+        p = predict.predict(c, zoo.ZOO[model], ctx, gpu, mode)["step_ms"]
+        m = measured[(model, ctx, mode)]
+        return f"{mode} {p:6.2f} vs {m:6.2f} ms ({100 * (p / m - 1):+.0f}%)"
+
+    out = [f"1. H200 across models and contexts: calibrated on `results/h200/core_run.jsonl` qwen2.5-7b ctx 2048 "
+           f"(4 cells) + the 3 explain records: eta {cal.eta:.3f}, fixed {cal.overhead_ms:.2f} ms (one GPU), launch "
+           f"eager {cal.launch_us_per_kernel['eager']:.1f} us, static {cal.launch_us_per_kernel['static']:.1f} us "
+           f"per kernel. Predicted vs measured:", "   ```"]
+    for model, ctx in (("llama-3.1-8b", 2048), ("llama-3.1-8b", 8192), ("qwen2.5-7b", 8192)):
+        out.append(f"   {model:<13} ctx {ctx:<5} {vs(cal, model, ctx, 'graph')}   {vs(cal, model, ctx, 'eager')}")
+    out.append(f"   {'llama-3.1-8b':<13} ctx {2048:<5} {vs(cal, 'llama-3.1-8b', 2048, 'static')}   "
+               f"{vs(cal, 'llama-3.1-8b', 2048, 'compile')}")
+    out.append("   ```")
+    pub = predict.calibrate_published()
+    b = "; ".join(f"{g} {r['fitted_ms']:.2f} vs {r['measured_ms']:.2f} ms ({r['error_pct']:+.1f}%)"
+                  for g, r in sorted(((r["gpu"] + " " + r["mode"], r) for r in pub.residuals)))
+    out.append(f"2. Published, back-prediction (`calibrate_published`, paper convention): eta {pub.eta:.3f}, fixed "
+               f"{pub.overhead_ms:.2f} ms, launch eager {pub.launch_us_per_kernel['eager']:.2f} us per kernel; "
+               f"{b}.")
+    q = zoo.ZOO["qwen2.5-7b"]
+    g = predict.predict(pub, q, 2048, h200, "graph")["step_ms"]
+    e = predict.predict(pub, q, 2048, h200, "eager")["step_ms"]
+    mg, me = measured[("qwen2.5-7b", 2048, "graph")], measured[("qwen2.5-7b", 2048, "eager")]
+    out.append(f"3. Published -> our H200 (qwen2.5-7b ctx 2048): graph {g:.2f} vs {mg:.2f} ms measured "
+               f"({100 * (g / mg - 1):+.0f}%), eager {e:.2f} vs {me:.2f} ms ({100 * (e / me - 1):+.0f}%).")
+    l4g = predict.predict(cal, q, 2048, l4, "graph")["step_ms"]
+    pl4 = next(r for r in pub.residuals if r["gpu"] == "l4" and r["mode"] == "graph")["measured_ms"]
+    out.append(f"4. The reverse, H200 -> L4 (strict bytes against paper-convention cells, indicative): one GPU's "
+               f"calibration has no fixed time and scales the whole graph step with 1/peak: L4 graph {l4g:.1f} ms "
+               f"against {pl4:.1f} ms published (eager / the A/B ratio).")
+    wrapped = [textwrap.fill(item, width=118, subsequent_indent="   ", break_on_hyphens=False)
+               if item[:2] in ("1.", "2.", "3.", "4.") else item for item in out]
+    return "\n".join(wrapped) + "\n"
+
+
+def bandwidth() -> str:
+    """Which streaming pattern won, on this project's CPU and on the H200: from the latest records that carry the
+    patterns (results/cpu/default_run.jsonl; results/h200/ once records of this version are committed there). An
+    indented block: it sits in a numbered list."""
+
+    def line(rec: dict, where: str) -> str:
+        pats = rec["bw_patterns_gbps"]
+        others = ", ".join(f"{k} {v:.0f}" for k, v in pats.items() if k != rec["bw_pattern"])
+        return (f"   - {where} ({rec['device_name']}, {rec['dtype']}): **{rec['bw_pattern']}**, "
+                f"{rec['measured_gbps']:.0f} GB/s ({others} GB/s); `{rec['_file']}`\n")
+
+    out = []
+    for where, root in (("CPU", CPU), ("H200", H200)):
+        recs = [dict(r, _file=_rel(f)) for f in sorted(root.rglob("*.jsonl")) for r in _read(f)
+                if r.get("bw_patterns_gbps")]
+        if recs:
+            out.append(line(max(recs, key=lambda r: r.get("timestamp") or ""), where))
+    return "".join(out) + "   "
+
+
+BLOCKS = {"bandwidth": bandwidth, "cpu-run": cpu_run, "first-minute": first_minute, "h200-run": h200_run, "grid": grid, "h200-ab": h200_ab,
+          "h200-explain": h200_explain, "h200-quant": h200_quant, "predict-validation": predict_validation}
+
+
+def render(text: str) -> tuple[str, list[str]]:
+    """README text with every block regenerated; the names of the blocks that changed."""
+    changed = []
+
+    def sub(m: re.Match) -> str:
+        name = m["name"]
+        if name not in BLOCKS:
+            raise SystemExit(f"README.md: unknown block {name!r}; known: {', '.join(BLOCKS)}")
+        body = BLOCKS[name]()
+        if body != m["body"]:
+            changed.append(name)
+        return m.group(1) + body + m.group(4)
+
+    return BLOCK.sub(sub, text), changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="report stale blocks instead of rewriting them")
+    args = ap.parse_args(argv)
+    text = README.read_text(encoding="utf-8")
+    new, changed = render(text)
+    if args.check:
+        if changed:
+            print(f"README.md: stale blocks {', '.join(changed)}; run python scripts/readme_tables.py",
+                  file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new, encoding="utf-8")
+    print(f"README.md: {len(changed)} block(s) regenerated" + (f" ({', '.join(changed)})" if changed else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

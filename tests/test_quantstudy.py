@@ -1,0 +1,112 @@
+"""`floorline quant` (quantstudy) and its rows (quantrows): the share of the ideal saving, rows per backend and mode,
+the kernel chain's rows, the published rows, the plan's input checks, the study end to end with resume and report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import run_cli
+from floorline import measure, quantrows, quantstudy
+from floorline.errors import UserError
+
+HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
+
+
+def _cell(q, mode, ms, fbytes, valid=True, reason=None, dtype="bf16"):
+    return {"kind": "cell", "model": "m", "ctx": 2048, "mode": mode, "quant": q, "dtype": dtype, "device": "cuda",
+            "step_ms_median": ms if valid else None, "floor_bytes": fbytes, "floor_ms_measured": fbytes / 4e9,
+            "fraction_of_floor_measured": fbytes / 4e9 / ms if valid else None, "valid": valid, "reason": reason}
+
+
+def test_share_of_the_ideal_saving():
+    # 4x fewer bytes: the ideal is 2.5 ms from 10; reaching 4 ms realises 6 / 7.5 = 80%
+    assert quantrows.share_realised(10.0, 4.0, 4000, 1000) == pytest.approx(0.8)
+    assert quantrows.share_realised(10.0, 2.5, 4000, 1000) == pytest.approx(1.0)
+    assert quantrows.share_realised(10.0, 12.0, 4000, 1000) == pytest.approx(-2 / 7.5)
+    assert quantrows.share_realised(10.0, 9.0, 4000, 4000) is None  # no bytes saved: no share
+
+
+def test_rows_per_backend_and_mode():
+    recs = [_cell("none", "graph", 8.0, 12e9), _cell("nf4", "graph", 7.0, 4e9),
+            _cell("gptq-exllamav2", "graph", None, 3.9e9, valid=False, reason="quant check failed: x", dtype="fp16"),
+            _cell("nf4", "graph", 6.0, 4e9)]  # a later rerun wins
+    rows = quantrows.rows(recs, "m", 2048, ["graph"], ["bf16", "nf4", "gptq-exllamav2", "int4-gemlite"])
+    by = {r["backend"]: r for r in rows}
+    assert by["bf16"]["speedup"] == 1.0 and by["bf16"]["share"] is None
+    assert by["nf4"]["ms"] == 6.0 and by["nf4"]["speedup"] == pytest.approx(8 / 6)
+    assert by["nf4"]["ideal_speedup"] == pytest.approx(3.0)
+    assert by["nf4"]["share"] == pytest.approx((8 - 6) / (8 - 8 / 3))
+    assert by["gptq-exllamav2"]["status"] == "quant check failed: x" and by["gptq-exllamav2"]["ms"] is None
+    assert by["int4-gemlite"]["status"] == "not run"
+
+
+def test_kernel_rows():
+    recs = [{"kind": "kernels", "model": "m", "ctx": None, "mode": "kernels", "quant": q, "valid": True,
+             "chain_ms_median": ms, "chain_bytes": b, "achieved_gbps": b / ms / 1e6, "fraction_of_floor_measured": 0.5}
+            for q, ms, b in (("none", 4.0, 13e9), ("nf4", 3.0, 3.6e9))]
+    by = {r["backend"]: r for r in quantrows.kernel_rows(recs, "m", ["bf16", "nf4"])}
+    assert by["nf4"]["speedup"] == pytest.approx(4 / 3)
+    assert by["nf4"]["share"] == pytest.approx((4 - 3) / (4 - 4 * 3.6 / 13))
+
+
+def test_published_rows_are_the_studys():
+    rows = {r["backend"]: r for r in quantstudy.published_rows()}
+    assert rows["gptq-exllamav2"]["ms"] == 17.36 and rows["bf16"]["ms"] == 62.32
+    assert rows["nf4"]["speedup"] == pytest.approx(62.32 / 59.36)
+    ideal = rows["nf4"]["ideal_speedup"]
+    assert rows["nf4"]["share"] == pytest.approx((62.32 - 59.36) / (62.32 - 62.32 / ideal))
+
+
+def test_plan_checks_input_before_anything_runs():
+    base_cfg = measure.RunConfig("tiny-llama", [32], ["eager"], device="cpu")
+    with pytest.raises(UserError, match="unknown quant backend"):
+        quantstudy.plan(quantstudy.QuantConfig(base_cfg, ["nf4", "int3"], "x.jsonl"), [])
+    with pytest.raises(UserError, match="one --ctx"):
+        quantstudy.plan(quantstudy.QuantConfig(measure.RunConfig("tiny-llama", [32, 64], [], device="cpu"),
+                                               [], "x.jsonl"), [])
+    jobs = quantstudy.plan(quantstudy.QuantConfig(base_cfg, ["int4-gemlite"], "x.jsonl"), [])
+    assert [j.backend for j in jobs] == ["bf16", "int4-gemlite"]  # the reference always runs
+    assert jobs[1].unavailable.startswith("unavailable: int4-gemlite needs a CUDA GPU")
+
+
+@pytest.mark.skipif(not HAS_BNB, reason="bitsandbytes is not installed (pip install 'floorline[nf4]')")
+def test_quant_command_end_to_end_and_resume(tmp_path):
+    out = tmp_path / "results.jsonl"
+    argv = ["quant", "--model", "tiny-llama", "--ctx", "32", "--device", "cpu", "--mode", "eager", "--steps", "3",
+            "--warmup", "1", "--backends", "nf4,int4-tinygemm", "--kernels", "--output", str(out)]
+    rc, stdout, err = run_cli(argv)
+    assert rc == 0, err
+    recs = [json.loads(ln) for ln in out.read_text().splitlines()]
+    cells = {(r["quant"], r["kind"]): r for r in recs}
+    assert cells[("none", "cell")]["valid"] and cells[("nf4", "cell")]["valid"]
+    assert cells[("none", "kernels")]["valid"] and cells[("nf4", "kernels")]["valid"]
+    assert cells[("int4-tinygemm", "cell")]["reason"].startswith("unavailable: int4-tinygemm needs a CUDA GPU")
+    for w in ("nf4", "int4-tinygemm", "share of ideal saving", "published", "17.36", "kernel level"):
+        assert w in stdout
+    rc, _, _ = run_cli(argv)  # resumes: nothing new to run, the unavailable reason is not repeated
+    assert rc == 0 and len(out.read_text().splitlines()) == len(recs)
+    rc, _, err = run_cli(["report", str(out), "--out", str(tmp_path / "rep")])
+    assert rc == 0, err
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Quantised backends" in md and "unavailable: int4-tinygemm" in md
+
+
+def test_published_rows_from_record_bytes_or_none():
+    # the report has no byte accounting at hand: the ideal speed-up comes from records of that cell, else none
+    pub = quantstudy.published_rows()
+    model, ctx = pub[0]["model"], pub[0]["ctx"]
+    recs = [{"model": model, "ctx": ctx, "quant": "none", "floor_bytes": 15e9},
+            {"model": model, "ctx": ctx, "quant": "nf4", "floor_bytes": 5e9},
+            {"model": model, "ctx": 4096, "quant": "gptq-exllamav2", "floor_bytes": 1}]  # another ctx: not used
+    rows = {r["backend"]: r for r in quantrows.published_rows(quantrows.record_floor_bytes(recs, model, ctx))}
+    assert rows["nf4"]["ideal_speedup"] == pytest.approx(3.0)
+    assert rows["gptq-exllamav2"]["ideal_speedup"] is None and rows["gptq-exllamav2"]["share"] is None
+    assert rows["gptq-exllamav2"]["speedup"] == pytest.approx(62.32 / 17.36)
+
+
+def test_backends_in_puts_bf16_first():
+    recs = [{"quant": "nf4"}, {"quant": None}, {"quant": "int4"}, {"quant": "nf4"}]
+    assert quantrows.backends_in(recs) == ["bf16", "nf4", "int4"]

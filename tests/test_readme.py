@@ -1,0 +1,52 @@
+"""The README's tables and figures are floorline's own rendering of committed records: every generated block is
+what scripts/readme_tables.py makes of results/ now (a stale block, or a hand edit inside one, fails here)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "scripts" / "readme_tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_readme_block_is_what_the_records_give():
+    mod = _script()
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    names = [m["name"] for m in mod.BLOCK.finditer(text)]
+    assert set(names) == set(mod.BLOCKS), "every generator has its block in the README, and no block lacks one"
+    _, changed = mod.render(text)
+    assert not changed, f"stale README blocks {changed}: run python scripts/readme_tables.py"
+
+
+def test_a_hand_edit_inside_a_block_is_caught():
+    mod = _script()
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = next(mod.BLOCK.finditer(text))
+    edited = text[:m.start("body")] + "91.693\n" + text[m.start("body"):]
+    assert mod.render(edited)[1] == [m["name"]]
+
+
+def test_the_first_h200_table_is_the_core_run_record():
+    from floorline import records
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    core = records.read(ROOT / "results" / "h200" / "core_run.jsonl")
+    for r in core:
+        if (r["model"], r["ctx"]) == ("qwen2.5-7b", 2048):
+            assert f"| {r['mode']} | {r['step_ms_median']:.3f} |" in text
+    assert "91.693" not in text  # the old figure that no record holds
+
+
+@pytest.mark.parametrize("name", ["predict-validation", "h200-quant", "grid"])
+def test_generated_blocks_hold_numbers(name):
+    text = _script().BLOCKS[name]()
+    assert any(ch.isdigit() for ch in text) and "nan" not in text

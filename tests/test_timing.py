@@ -1,0 +1,59 @@
+"""timing: the step timer covers each step whole and nothing between; the graph timer's CPU path and, on a GPU, its
+captured replays."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from floorline import timing
+
+
+def test_cpu_timer_times_each_step():
+    calls = []
+
+    def step():
+        calls.append(time.perf_counter())
+        time.sleep(0.002 * len(calls))
+
+    ms = timing.time_steps(step, 4, torch.device("cpu"))
+    assert len(calls) == 4 and len(ms) == 4
+    for i, t in enumerate(ms, 1):
+        assert 2.0 * i <= t < 2.0 * i + 50  # step i sleeps 2*i ms; its sample covers it
+    assert ms == sorted(ms)
+
+
+def test_consecutive_marks_leave_no_gap():
+    # the samples tile the timed region: their sum is the wall time from the first mark to the last
+    t0 = time.perf_counter()
+    ms = timing.time_steps(lambda: time.sleep(0.001), 5, torch.device("cpu"))
+    wall = (time.perf_counter() - t0) * 1e3
+    assert sum(ms) <= wall and sum(ms) > 0.9 * wall - 1
+
+
+def test_timer_for_picks_the_clock():
+    assert isinstance(timing.timer_for(torch.device("cpu"), 3), timing.CpuTimer)
+
+
+def test_time_captured_on_the_cpu_runs_warmups_untimed():
+    calls = []
+    ms = timing.time_captured(lambda: calls.append(1), warmup=3, samples=7, device=torch.device("cpu"))
+    assert len(calls) == 10 and len(ms) == 7 and all(t >= 0 for t in ms)
+
+
+@pytest.mark.gpu
+def test_cuda_timer_and_graph_timers():
+    dev = torch.device("cuda")
+    x = torch.randn(1 << 24, device=dev)
+    y = torch.empty_like(x)
+    ms = timing.time_steps(lambda: y.copy_(x), 5, dev)
+    assert len(ms) == 5 and all(t > 0 for t in ms)
+    n = []
+    samples = timing.time_captured(lambda: (n.append(1), y.copy_(x)), warmup=2, samples=6, device=dev)
+    assert len(samples) == 6 and all(t > 0 for t in samples)
+    assert len(n) == 3  # the body runs in Python only for its warm-ups and the capture: replays are the graph's
+    one = timing.graph_ms([lambda: y.copy_(x)])
+    four = timing.graph_ms([lambda: y.copy_(x)] * 4)
+    assert one > 0 and four == pytest.approx(one, rel=0.5)  # per call, not per graph
