@@ -61,6 +61,20 @@ __device__ __forceinline__ float split_h2(float a, float b, u32& hi, u32& lo) {
   h2f2(lo, al, bl);
   return (ah + al) + (bh + bl);
 }
+// input i*4 .. i*4+3 of the block (local index i) into shared memory, as fp16 hi + lo in B-fragment order: input k
+// of local 64-block b, kk = k % 64, is half b*64 + t*16 + j*4 + u*2 + o for kk = 16j + 8u + 2t + o (lane t's B
+// fragments of steps 0..3 in a row); with SUMZ the warp's 128 inputs (one group) are summed too
+__device__ __forceinline__ void put_x(float4 v, int i, u32* xs, u32* xl, float* xsum, int lane) {
+  const int kl = 4 * i;
+  const int b = kl >> 6, kk = kl & 63, j = kk >> 4, rr = kk & 15, up = rr >> 3, t0 = (rr & 7) >> 1;
+  const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
+  float part = split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
+  part += split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
+#if SUMZ
+  for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+  if (lane == 0) xsum[i >> 5] = part;
+#endif
+}
 // a fragment pair of codes: SUMZ 0: (1024 + c) - (1024 + z) = c - z exactly, by one packed subtraction;
 // SUMZ 1: 1024 + c as it is, the offset (1024 + z) * sum(x) of the group taken off the fp32 sums once per group
 #if SUMZ
@@ -126,12 +140,20 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 #if PRO
+  // RMSNorm: the raw inputs and the norm's weights are loaded once into registers (XPT float4 a thread: the block
+  // covers all of K), their sum of squares reduced over the block, then normalised from the registers
+  float4 xr[XPT], nr[XPT];
   float rinv;
-  {  // 1/rms of the raw input, over all of it (every block)
+  {
     float ss = 0.f;
-    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) {
-      float4 v = load_x(X, i);
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+#pragma unroll
+    for (int t = 0; t < XPT; t++) {
+      const int i = threadIdx.x + t * WARPS * 32;
+      if (i < K / 4) {
+        xr[t] = load_x(X, i);
+        nr[t] = ((const float4*)NW)[i];
+        ss += xr[t].x * xr[t].x + xr[t].y * xr[t].y + xr[t].z * xr[t].z + xr[t].w * xr[t].w;
+      }
     }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) red[WARPS * 16 + warp] = ss;
@@ -142,27 +164,23 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
 #endif
   {  // the block's groups of x -> fp16 (normalised) in shared memory, as hi + lo (two fp16 halves: x to ~22 bits,
-     // the lo part in the product's column 1); input k of local 64-block b, kk = k % 64: half b*64 + t*16 + j*4 +
-     // u*2 + o for kk = 16j + 8u + 2t + o (lane t's B fragments of steps 0..3 in a row)
+     // the lo part in the product's column 1)
     u32* xs = (u32*)xs4;
     u32* xl = xs + (g1 - g0) * 64;
-    float* xsum = (float*)(xl + (g1 - g0) * 64);  // per group: the sum of its inputs (hi + lo)
-    for (int i = threadIdx.x; i < (g1 - g0) * 32; i += WARPS * 32) {
-      const int kl = 4 * i, k4 = g0 * 32 + i;
-      float4 v = load_x(X, k4);
-#if PRO
-      const float4 nw = ((const float4*)NW)[k4];
-      v.x *= nw.x * rinv; v.y *= nw.y * rinv; v.z *= nw.z * rinv; v.w *= nw.w * rinv;
-#endif
-      const int b = kl >> 6, kk = kl & 63, j = kk >> 4, rr = kk & 15, up = rr >> 3, t0 = (rr & 7) >> 1;
-      const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
-      float part = split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
-      part += split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
-#if SUMZ
-      for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);  // a warp's 128 inputs: one group
-      if (lane == 0) xsum[i >> 5] = part;
-#endif
+    float* xsum = (float*)(xl + (g1 - g0) * 64);  // per group: the sum of its inputs (hi + lo), for SUMZ
+#if PRO  // no split with the norm: the block's range is all of K
+#pragma unroll
+    for (int t = 0; t < XPT; t++) {
+      const int i = threadIdx.x + t * WARPS * 32;
+      if (i < K / 4) {
+        const float4 v = make_float4(xr[t].x * nr[t].x * rinv, xr[t].y * nr[t].y * rinv, xr[t].z * nr[t].z * rinv,
+                                     xr[t].w * nr[t].w * rinv);
+        put_x(v, i, xs, xl, xsum, lane);
+      }
     }
+#else
+    for (int i = threadIdx.x; i < (g1 - g0) * 32; i += WARPS * 32) put_x(load_x(X, g0 * 32 + i), i, xs, xl, xsum, lane);
+#endif
   }
   __syncthreads();
 
@@ -292,12 +310,20 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 #if PRO
+  // RMSNorm: the raw inputs and the norm's weights are loaded once into registers (XPT float4 a thread: the block
+  // covers all of K), their sum of squares reduced over the block, then normalised from the registers
+  float4 xr[XPT], nr[XPT];
   float rinv;
   {
     float ss = 0.f;
-    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) {
-      float4 v = load_x(X, i);
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+#pragma unroll
+    for (int t = 0; t < XPT; t++) {
+      const int i = threadIdx.x + t * WARPS * 32;
+      if (i < K / 4) {
+        xr[t] = load_x(X, i);
+        nr[t] = ((const float4*)NW)[i];
+        ss += xr[t].x * xr[t].x + xr[t].y * xr[t].y + xr[t].z * xr[t].z + xr[t].w * xr[t].w;
+      }
     }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) red[warp] = ss;
@@ -310,23 +336,20 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
   {
     u32* xs = (u32*)xs4;
     u32* xl = xs + NG * 64;
-    float* xsum = (float*)(xl + NG * 64);  // per group: the sum of its inputs (hi + lo)
-    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) {
-      const int kl = 4 * i;
-      float4 v = load_x(X, i);
+    float* xsum = (float*)(xl + NG * 64);
 #if PRO
-      const float4 nw = ((const float4*)NW)[i];
-      v.x *= nw.x * rinv; v.y *= nw.y * rinv; v.z *= nw.z * rinv; v.w *= nw.w * rinv;
-#endif
-      const int b = kl >> 6, kk = kl & 63, j = kk >> 4, rr = kk & 15, up = rr >> 3, t0 = (rr & 7) >> 1;
-      const int h = b * 64 + t0 * 16 + j * 4 + up * 2;
-      float part = split_h2(v.x, v.y, xs[h >> 1], xl[h >> 1]);
-      part += split_h2(v.z, v.w, xs[(h + 16) >> 1], xl[(h + 16) >> 1]);
-#if SUMZ
-      for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);  // a warp's 128 inputs: one group
-      if (lane == 0) xsum[i >> 5] = part;
-#endif
+#pragma unroll
+    for (int t = 0; t < XPT; t++) {
+      const int i = threadIdx.x + t * WARPS * 32;
+      if (i < K / 4) {
+        const float4 v = make_float4(xr[t].x * nr[t].x * rinv, xr[t].y * nr[t].y * rinv, xr[t].z * nr[t].z * rinv,
+                                     xr[t].w * nr[t].w * rinv);
+        put_x(v, i, xs, xl, xsum, lane);
+      }
     }
+#else
+    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) put_x(load_x(X, i), i, xs, xl, xsum, lane);
+#endif
   }
   __syncthreads();
   const uint4* xbase = xs4 + (g == 1 ? NG * 16 : 0) + tq * 2;
@@ -460,16 +483,17 @@ def unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0) -> tuple:
-    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl
+def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1) -> tuple:
+    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads))."""
+    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt
 
 
 def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90")."""
-    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl = flags
+    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
     warps, ahead = config[:2]
     defines = dict(WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic,
-                   XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=int(ZERO_POINT == "sum"))
+                   XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=int(ZERO_POINT == "sum"), XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
@@ -521,7 +545,7 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
     (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
     warps, _, split, flat = config
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
-                   int(y.dtype == torch.bfloat16), pdl)
+                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1)
     dev = words.device.index
     kern = _kernel(dev, flags, config)
     smem = shared_bytes(k, config)
