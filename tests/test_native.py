@@ -143,6 +143,30 @@ def test_rope_kv_write_and_flash_decoding_match_their_references(heads, kv, pos)
     assert torch.equal(K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch), got)
 
 
+@interpreted
+@pytest.mark.parametrize("chunk, tile, length, pos", [(128, 32, 300, 200), (256, 64, 600, 517), (16, 16, 1120, 1105),
+                                                      (32, 16, 2200, 2150)])
+def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk, tile, length, pos):
+    """The code the long contexts run: several tiles inside one program (chunk > tile: the online softmax's loop) and
+    more than 64 chunks (the merge's loop over several blocks of chunks), at positions that end mid-tile."""
+    heads, kv, d = 4, 2, 32
+    qkv = _rand((heads + 2 * kv) * d)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    cos, sin = K.rope_tables(inv, length, 1.0, "cpu")
+    kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
+    kc[:, pos:], vc[:, pos:] = 0, 0
+    kr, vr = kc.clone(), vc.clone()
+    p = torch.tensor([pos], dtype=torch.int32)
+    want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
+    scratch = K.AttnScratch(heads, kv, d, length, "cpu", chunk=chunk, tile=tile)
+    assert scratch.tile == tile and (pos + 1) % tile != 0  # the last live tile is cut mid-way
+    if chunk == 16:
+        assert scratch.nchunk > 64  # the merge reads its chunks in more than one block
+    got = K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
+    assert _rel(got, want) < 2e-2
+    assert torch.equal(kc[:, :pos], kr[:, :pos]) and kc[:, pos].abs().sum() > 0
+
+
 def test_attention_chunks_grow_with_the_context_to_fill_the_gpu():
     assert K.attn_chunk_len(2048, 4, 132) == 64  # 4 kv heads x 32 chunks: about one program per SM
     assert K.attn_chunk_len(16384, 4, 132) == 256  # 256 programs

@@ -214,6 +214,9 @@ def _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, json_path, triton_tiles: boo
     return 0
 
 
+ATTN_TOLERANCE = 2e-2  # q and the probabilities go through bf16 tensor-core products
+
+
 def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps) -> dict:
     nbytes = 2 * kv * ctx * d * 2
     qkv = torch.randn((h + 2 * kv) * d, device=dev)
@@ -222,10 +225,17 @@ def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps) -> dict:
     sc = K.AttnScratch(h, kv, d, ctx + 64, dev, chunk=chunk, tile=tile, warps=warps)
     caches = [(torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16),
                torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16)) for _ in range(_copies(nbytes))]
+    row = {"kernel": f"rope+kv+attention ctx {ctx}", "format": "bf16 KV", "shape": f"{h}q/{kv}kv x {d}",
+           "bytes": nbytes, "cublas_gbps": None, "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps}"}
+    # checked before it is timed, on copies of the first cache: RoPE, the KV write and the attention
+    kr, vr = caches[0][0].clone(), caches[0][1].clone()
+    want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, pos, kr, vr, h, kv, d), kr, vr, pos, d ** -0.5)
+    got = K.tri_attention(qkv, cos, sin, pos, caches[0][0], caches[0][1], h, d ** -0.5, sc)
+    row["rel_err"] = ((got - want).norm() / want.norm()).item()
+    if not row["rel_err"] <= ATTN_TOLERANCE:
+        return {**row, "us": float("nan"), "gbps": float("nan"), "config": f"WRONG (relative error {row['rel_err']:.1e})"}
     us = chain_us([lambda c=c: K.tri_attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc) for c in caches])
-    return {"kernel": f"rope+kv+attention ctx {ctx}", "format": "bf16 KV", "shape": f"{h}q/{kv}kv x {d}", "us": us,
-            "bytes": nbytes, "gbps": nbytes / us / 1e3, "cublas_gbps": None,
-            "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps}"}
+    return {**row, "us": us, "gbps": nbytes / us / 1e3}
 
 
 if __name__ == "__main__":
