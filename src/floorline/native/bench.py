@@ -233,7 +233,8 @@ def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps) -> dict:
     got = K.tri_attention(qkv, cos, sin, pos, caches[0][0], caches[0][1], h, d ** -0.5, sc)
     row["rel_err"] = ((got - want).norm() / want.norm()).item()
     if not row["rel_err"] <= ATTN_TOLERANCE:
-        return {**row, "us": float("nan"), "gbps": float("nan"), "config": f"WRONG (relative error {row['rel_err']:.1e})"}
+        wrong = f"WRONG (relative error {row['rel_err']:.1e})"
+        return {**row, "us": float("nan"), "gbps": float("nan"), "config": wrong}
     us = chain_us([lambda c=c: K.tri_attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc) for c in caches])
     return {**row, "us": us, "gbps": nbytes / us / 1e3}
 

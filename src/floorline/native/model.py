@@ -49,7 +49,8 @@ class NativeModel:
     # -------------------------------------------------------------------------------------------- weights
     def _layer(self, layer) -> dict:
         at, mlp = layer.self_attn, layer.mlp
-        d = {"attn_norm": layer.input_layernorm.weight.float(), "ffn_norm": layer.post_attention_layernorm.weight.float()}
+        d = {"attn_norm": layer.input_layernorm.weight.float(),
+             "ffn_norm": layer.post_attention_layernorm.weight.float()}
         qkv = [at.q_proj, at.k_proj, at.v_proj]
         d["qkv"] = _fuse(qkv, bias_ok=True)
         d["qkv_bias"] = torch.cat([m.bias for m in qkv]).float() if at.q_proj.bias is not None else None
