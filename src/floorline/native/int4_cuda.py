@@ -104,6 +104,46 @@ __device__ __forceinline__ float4 load_x(const void* X, int i) {  // inputs i*4 
 #endif
 }
 
+// The block's inputs, groups [g0, g0 + ng), into shared memory as fp16 hi + lo (put_x); with PRO (the block covers
+// all of K) RMSNorm first: the raw inputs and the norm's weights are read once into registers (XPT float4 a thread),
+// their sum of squares reduced over the block (red: WARPS floats), then normalised from the registers.
+__device__ __forceinline__ void stage_x(const void* X, const float* NW, int K, float eps, int g0, int ng, uint4* xs4,
+                                        float* red, int lane, int warp) {
+  u32* xs = (u32*)xs4;
+  u32* xl = xs + ng * 64;
+  float* xsum = (float*)(xl + ng * 64);  // per group: the sum of its inputs (hi + lo), for SUMZ
+#if PRO
+  float4 xr[XPT], nr[XPT];
+  float ss = 0.f;
+#pragma unroll
+  for (int t = 0; t < XPT; t++) {
+    const int i = threadIdx.x + t * WARPS * 32;
+    if (i < K / 4) {
+      xr[t] = load_x(X, i);
+      nr[t] = ((const float4*)NW)[i];
+      ss += xr[t].x * xr[t].x + xr[t].y * xr[t].y + xr[t].z * xr[t].z + xr[t].w * xr[t].w;
+    }
+  }
+  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  ss = 0.f;
+  for (int i = 0; i < WARPS; i++) ss += red[i];
+  const float rinv = rsqrtf(ss / K + eps);
+#pragma unroll
+  for (int t = 0; t < XPT; t++) {
+    const int i = threadIdx.x + t * WARPS * 32;
+    if (i < K / 4) {
+      const float4 v = make_float4(xr[t].x * nr[t].x * rinv, xr[t].y * nr[t].y * rinv, xr[t].z * nr[t].z * rinv,
+                                   xr[t].w * nr[t].w * rinv);
+      put_x(v, i, xs, xl, xsum, lane);
+    }
+  }
+#else
+  for (int i = threadIdx.x; i < ng * 32; i += WARPS * 32) put_x(load_x(X, g0 * 32 + i), i, xs, xl, xsum, lane);
+#endif
+}
+
 // WARPS a block; RT row tiles a block (2 with GLU: gate tile t and up tile t); U groups in flight a warp;
 // PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
 // XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch
@@ -139,49 +179,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #if PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-#if PRO
-  // RMSNorm: the raw inputs and the norm's weights are loaded once into registers (XPT float4 a thread: the block
-  // covers all of K), their sum of squares reduced over the block, then normalised from the registers
-  float4 xr[XPT], nr[XPT];
-  float rinv;
-  {
-    float ss = 0.f;
-#pragma unroll
-    for (int t = 0; t < XPT; t++) {
-      const int i = threadIdx.x + t * WARPS * 32;
-      if (i < K / 4) {
-        xr[t] = load_x(X, i);
-        nr[t] = ((const float4*)NW)[i];
-        ss += xr[t].x * xr[t].x + xr[t].y * xr[t].y + xr[t].z * xr[t].z + xr[t].w * xr[t].w;
-      }
-    }
-    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) red[WARPS * 16 + warp] = ss;
-    __syncthreads();
-    ss = 0.f;
-    for (int i = 0; i < WARPS; i++) ss += red[WARPS * 16 + i];
-    rinv = rsqrtf(ss / K + eps);
-  }
-#endif
-  {  // the block's groups of x -> fp16 (normalised) in shared memory, as hi + lo (two fp16 halves: x to ~22 bits,
-     // the lo part in the product's column 1)
-    u32* xs = (u32*)xs4;
-    u32* xl = xs + (g1 - g0) * 64;
-    float* xsum = (float*)(xl + (g1 - g0) * 64);  // per group: the sum of its inputs (hi + lo), for SUMZ
-#if PRO  // no split with the norm: the block's range is all of K
-#pragma unroll
-    for (int t = 0; t < XPT; t++) {
-      const int i = threadIdx.x + t * WARPS * 32;
-      if (i < K / 4) {
-        const float4 v = make_float4(xr[t].x * nr[t].x * rinv, xr[t].y * nr[t].y * rinv, xr[t].z * nr[t].z * rinv,
-                                     xr[t].w * nr[t].w * rinv);
-        put_x(v, i, xs, xl, xsum, lane);
-      }
-    }
-#else
-    for (int i = threadIdx.x; i < (g1 - g0) * 32; i += WARPS * 32) put_x(load_x(X, g0 * 32 + i), i, xs, xl, xsum, lane);
-#endif
-  }
+  stage_x(X, NW, K, eps, g0, g1 - g0, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
 
   float y0 = 0.f, y1 = 0.f;  // rows g and g + 8 of the warp's tile
@@ -206,7 +204,9 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
         const u32 m0 = f2h2(1024.f + bf_lo(zc[u]), 1024.f + bf_lo(zc[u]));
         const u32 m1 = f2h2(1024.f + 16.f * bf_hi(zc[u]), 1024.f + 16.f * bf_hi(zc[u]));
         float c[4] = {0.f, 0.f, 0.f, 0.f};
+#if SUMZ
         const float xsg = ((const float*)(xs4 + (g1 - g0) * 32))[Gu - g0];
+#endif
         // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi
         const uint4* xp = xs4 + (g == 1 ? (g1 - g0) * 16 : 0) + (2 * (Gu - g0)) * 8 + tq * 2;
 #pragma unroll
@@ -309,48 +309,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 #if PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-#if PRO
-  // RMSNorm: the raw inputs and the norm's weights are loaded once into registers (XPT float4 a thread: the block
-  // covers all of K), their sum of squares reduced over the block, then normalised from the registers
-  float4 xr[XPT], nr[XPT];
-  float rinv;
-  {
-    float ss = 0.f;
-#pragma unroll
-    for (int t = 0; t < XPT; t++) {
-      const int i = threadIdx.x + t * WARPS * 32;
-      if (i < K / 4) {
-        xr[t] = load_x(X, i);
-        nr[t] = ((const float4*)NW)[i];
-        ss += xr[t].x * xr[t].x + xr[t].y * xr[t].y + xr[t].z * xr[t].z + xr[t].w * xr[t].w;
-      }
-    }
-    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) red[warp] = ss;
-    __syncthreads();
-    ss = 0.f;
-    for (int i = 0; i < WARPS; i++) ss += red[i];
-    rinv = rsqrtf(ss / K + eps);
-  }
-#endif
-  {
-    u32* xs = (u32*)xs4;
-    u32* xl = xs + NG * 64;
-    float* xsum = (float*)(xl + NG * 64);
-#if PRO
-#pragma unroll
-    for (int t = 0; t < XPT; t++) {
-      const int i = threadIdx.x + t * WARPS * 32;
-      if (i < K / 4) {
-        const float4 v = make_float4(xr[t].x * nr[t].x * rinv, xr[t].y * nr[t].y * rinv, xr[t].z * nr[t].z * rinv,
-                                     xr[t].w * nr[t].w * rinv);
-        put_x(v, i, xs, xl, xsum, lane);
-      }
-    }
-#else
-    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32) put_x(load_x(X, i), i, xs, xl, xsum, lane);
-#endif
-  }
+  stage_x(X, NW, K, eps, 0, NG, xs4, red, lane, warp);
   __syncthreads();
   const uint4* xbase = xs4 + (g == 1 ? NG * 16 : 0) + tq * 2;
   float y[RT][2];
@@ -367,7 +326,9 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
       if (j + u < items) {
         const int G = (j + u) % NG;
         const uint4* xp = xbase + 2 * G * 8;
+#if SUMZ
         const float xsg = ((const float*)(xs4 + NG * 32))[G];
+#endif
         const uint4 xa0 = xp[0], xb0 = xp[1], xa1 = xp[8], xb1 = xp[9];
         const u32 bx[2][8] = {{xa0.x, xa0.y, xa0.z, xa0.w, xb0.x, xb0.y, xb0.z, xb0.w},
                               {xa1.x, xa1.y, xa1.z, xa1.w, xb1.x, xb1.y, xb1.z, xb1.w}};
@@ -591,18 +552,12 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
     return out or [(2 if glu else 1, 1, 1, 0)]
 
 
-def gemv(words, x, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, residual=None, glu=False, out=None,
-         config=None, pdl=0):
-    """y = W p(x) (+ bias) (+ residual | glu) for `mma`-layout int4 weights: kernels.tri_gemv's contract (fp32 out by
-    default; `out` bf16 allowed for a plain product). The launch config is tuned once per shape (cold L2, in a CUDA
-    graph) unless given."""
+def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, glu=False, config=None,
+         pdl=0):
+    """y (+)= W p(x) (+ bias) (or glu) for `mma`-layout int4 weights into y (kernels.tri_gemv allocates it and holds
+    the contract: fp32, or bf16 for a plain product; acc adds into y, the residual stream). The launch config is
+    tuned once per shape (cold L2, in a CUDA graph) unless given."""
     n, k = words.shape[0] * F.TILE, words.shape[1] // 2
-    if glu and (n % 32 or residual is not None):
-        raise ValueError("glu takes gate then up rows, a multiple of 32 in all, and no residual")
-    y = out if out is not None else torch.empty(n // 2 if glu else n, device=words.device, dtype=torch.float32)
-    acc = residual is not None
-    if acc and residual is not y:
-        y.copy_(residual)
     if norm_w is not None and norm_w.dtype != torch.float32:
         norm_w = norm_w.float()
     if bias is not None and bias.dtype != torch.float32:

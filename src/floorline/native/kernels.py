@@ -429,19 +429,22 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
     buffers)."""
     int4 = scales is not None
-    if int4 and layout == "mma":
-        from floorline.native import int4_cuda
-
-        return int4_cuda.gemv(w, x, scales=scales, zeros=zeros, pro=pro, norm_w=norm_w, eps=eps, bias=bias,
-                              residual=residual, glu=glu, out=out, config=config, pdl=_pdl_default())
-    n = w.shape[0]
-    k = w.shape[1] * 8 if int4 else w.shape[1]
-    if glu and (n % 2 or residual is not None):
-        raise ValueError("glu takes an even number of rows (gate then up) and no residual")
+    mma = int4 and layout == "mma"
+    if mma:  # int4_format: words (N/16, 2K), 16-row tiles
+        n, k = w.shape[0] * 16, w.shape[1] // 2
+    else:
+        n, k = w.shape[0], w.shape[1] * 8 if int4 else w.shape[1]
+    if glu and (n % (32 if mma else 2) or residual is not None):
+        raise ValueError("glu takes gate then up rows (an even number; 32s in the mma layout) and no residual")
     y = out if out is not None else torch.empty(n // 2 if glu else n, device=w.device, dtype=torch.float32)
     acc = residual is not None
     if acc and residual is not y:
         y.copy_(residual)
+    if mma:
+        from floorline.native import int4_cuda
+
+        return int4_cuda.gemv(w, x, y, scales=scales, zeros=zeros, pro=pro, norm_w=norm_w, eps=eps, bias=bias,
+                              acc=acc, glu=glu, config=config, pdl=_pdl_default())
     dummy = y
     args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
             bias if bias is not None else dummy, y, n, k, k // 8, eps)
