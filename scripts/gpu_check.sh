@@ -92,7 +92,7 @@ for stage in "${stages[@]}"; do
         | tee "$OUT/explain_native_int4.log" | tail -2
       tar czf "$OUT/explain_native_int4.tgz" -C "$OUT" explain_native_int4 ;;
     int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies)
-      for sc in "gate_up 8,2,1,0" "gate_up 4,2,1,1" "down 4,2,4,0" "qkv 8,1,1,0"; do
+      for sc in "gate_up 8,2,1,0,0" "gate_up 8,1,1,0,4" "down 4,2,4,0,0" "qkv 8,1,1,0,0"; do
         set -- $sc
         ncu --clock-control none -k regex:int4_gemv --launch-skip 2 --launch-count 1 --section SpeedOfLight \
           --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \

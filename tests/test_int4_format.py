@@ -95,6 +95,7 @@ def test_cuda_gemv_source_compiles_where_nvrtc_exists():
     if not torch.cuda.is_available():
         pytest.skip("NVRTC comes with CUDA builds of torch; this machine has no CUDA GPU (compiled in gpu_check.sh)")
     major, minor = torch.cuda.get_device_capability()
-    for flags in [int4_cuda._flags(), int4_cuda._flags(pro=1, glu=1, bias=1, pdl=1),
-                  int4_cuda._flags(acc=1, atomic=1, xbf16=1)]:
-        assert len(int4_cuda.compile_source(flags, (8, 2, 1, 0), f"sm_{major}{minor}")) > 1000
+    for flags, cfg in [(int4_cuda._flags(), (8, 2, 1, 0, 0)), (int4_cuda._flags(pro=1, glu=1, bias=1, pdl=1, xpt=4),
+                                                               (4, 2, 1, 1, 0)),
+                       (int4_cuda._flags(acc=1, atomic=1, xbf16=1), (8, 1, 4, 0, 6))]:
+        assert len(int4_cuda.compile_source(flags, cfg, f"sm_{major}{minor}")) > 1000

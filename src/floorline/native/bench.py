@@ -35,9 +35,10 @@ CHECK_TOLERANCE = 2e-3  # relative error against the fp32 torch reference (int4 
 
 
 def config_name(cfg: tuple) -> str:
-    """An int4 CUDA launch config: warps, groups ahead, then splits (int4_gemv) or row blocks a warp (flat)."""
-    warps, ahead, split, flat = cfg
-    return f"w{warps} ahead{ahead} " + (f"flat{flat}" if flat else f"k{split}")
+    """An int4 CUDA launch config: warps, groups ahead (registers) or cp.async stages, then splits (int4_gemv) or
+    row blocks a warp (flat)."""
+    warps, ahead, split, flat, stages = cfg
+    return f"w{warps} " + (f"async{stages}" if stages else f"ahead{ahead}") + (f" flat{flat}" if flat else f" k{split}")
 
 
 def _config_name(K, fmt: str) -> str:
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
                         "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
     p.add_argument("--triton-tiles", action="store_true", help="with --gemv-sweep: the Triton tiles too")
     p.add_argument("--only", default=None, help="GEMV shapes whose name contains this (e.g. gate_up); no attention")
-    p.add_argument("--int4-config", default=None, help="fix the int4 CUDA launch config: warps,ahead,splits,flat")
+    p.add_argument("--int4-config", default=None, help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)

@@ -144,6 +144,47 @@ __device__ __forceinline__ void stage_x(const void* X, const float* NW, int K, f
 #endif
 }
 
+// One group (128 inputs) of one 16-row tile: w0, w1 the lane's words of its two 64-input blocks, sz its rows'
+// (scale, zero) pairs, xp the lane's B fragments (hi or lo part) of the group, xsg the group's input sum (SUMZ).
+// (1024 + c) - (1024 + z) = c - z for row g; rows g + 8 sit 16x higher: 16 (c - z), scaled back. Adds into y0, y1.
+__device__ __forceinline__ void group_dot(uint4 w0, uint4 w1, u32 s, u32 z, const uint4* xp, float xsg, float& y0,
+                                          float& y1) {
+  const u32 m0 = f2h2(1024.f + bf_lo(z), 1024.f + bf_lo(z));
+  const u32 m1 = f2h2(1024.f + 16.f * bf_hi(z), 1024.f + 16.f * bf_hi(z));
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int blk = 0; blk < 2; blk++) {
+    const uint4 xa = xp[blk * 8], xb = xp[blk * 8 + 1], w = blk ? w1 : w0;
+    const u32 q[4] = {w.x, w.y, w.z, w.w};
+    const u32 bx[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const u32 qh = q[j] >> 8;
+      mma(c, FRAG(q[j], 0x000F000Fu, m0), FRAG(q[j], 0x00F000F0u, m1), FRAG(qh, 0x000F000Fu, m0),
+          FRAG(qh, 0x00F000F0u, m1), bx[2 * j], bx[2 * j + 1]);
+    }
+  }
+#if SUMZ
+  c[0] -= (1024.f + bf_lo(z)) * xsg;
+  c[2] -= (1024.f + 16.f * bf_hi(z)) * xsg;
+#endif
+  y0 += bf_lo(s) * (c[0] + c[1]);  // lane (g, 0): rows g, g + 8 x columns 0 (hi), 1 (lo)
+  y1 += bf_hi(s) * 0.0625f * (c[2] + c[3]);
+}
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  u64 a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return (u32)a;
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {  // to shared memory, L2 only
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 // WARPS a block; RT row tiles a block (2 with GLU: gate tile t and up tile t); U groups in flight a warp;
 // PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
 // XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch
@@ -163,6 +204,47 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   const u32* st = S + (size_t)tile * NG * 8 + g;
   const u32* zt = Z + (size_t)tile * NG * 8 + g;
 
+  const int ng = g1 - g0;
+  float y0 = 0.f, y1 = 0.f;  // rows g and g + 8 of the warp's tile
+#if STAGES
+  // cp.async: a ring of STAGES groups a warp in shared memory (each lane copies, and later reads, its own words),
+  // so the bytes in flight do not cost registers; the ring sits after the inputs
+  uint4* ring = xs4 + ng * 32 + (ng + 3) / 4 + warp * STAGES * 64;
+  u32* ringsz = (u32*)(xs4 + ng * 32 + (ng + 3) / 4 + WARPS * STAGES * 64) + warp * STAGES * 64;
+  const int mine = ng > ks ? (ng - ks + NKS - 1) / NKS : 0;  // this warp's groups: g0 + ks + i * NKS
+#define ISSUE(i)                                                                        \
+  {                                                                                     \
+    if ((i) < mine) {                                                                   \
+      const int G_ = g0 + ks + (i) * NKS, slot_ = (i) % STAGES;                         \
+      cp_async16(ring + slot_ * 64 + lane, wt + (size_t)(2 * G_) * 32);                 \
+      cp_async16(ring + slot_ * 64 + 32 + lane, wt + (size_t)(2 * G_ + 1) * 32);        \
+      cp_async4(ringsz + slot_ * 64 + lane, st + G_ * 8);                               \
+      cp_async4(ringsz + slot_ * 64 + 32 + lane, zt + G_ * 8);                          \
+    }                                                                                   \
+    asm volatile("cp.async.commit_group;");                                             \
+  }
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; i++) ISSUE(i);  // in flight before the previous kernel is waited for
+#if PDL
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
+  __syncthreads();
+  const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
+  for (int i = 0; i < mine; i++) {
+    ISSUE(i + STAGES - 1);
+    asm volatile("cp.async.wait_group " STR(STAGES) " - 1;" ::: "memory");  // group i has landed
+    const int slot = i % STAGES, Gl = ks + i * NKS;
+#if SUMZ
+    const float xsg = ((const float*)(xs4 + ng * 32))[Gl];
+#else
+    const float xsg = 0.f;
+#endif
+    group_dot(ring[slot * 64 + lane], ring[slot * 64 + 32 + lane], ringsz[slot * 64 + lane],
+              ringsz[slot * 64 + 32 + lane], xq + 2 * Gl * 8, xsg, y0, y1);
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#else
   uint4 w[U][2];
   u32 sc[U], zc[U];
   int G = g0 + ks;
@@ -179,10 +261,10 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #if PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  stage_x(X, NW, K, eps, g0, g1 - g0, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
+  stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
-
-  float y0 = 0.f, y1 = 0.f;  // rows g and g + 8 of the warp's tile
+  // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi
+  const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
   for (; G < g1; G += U * NKS) {
     uint4 wn[U][2];
     u32 sn[U], zn[U];
@@ -200,33 +282,12 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
     for (int u = 0; u < U; u++) {
       const int Gu = G + u * NKS;
       if (Gu < g1) {
-        // (1024 + c) - (1024 + z) = c - z for row g; rows g + 8 sit 16x higher: 16 (c - z), scaled back below
-        const u32 m0 = f2h2(1024.f + bf_lo(zc[u]), 1024.f + bf_lo(zc[u]));
-        const u32 m1 = f2h2(1024.f + 16.f * bf_hi(zc[u]), 1024.f + 16.f * bf_hi(zc[u]));
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
 #if SUMZ
-        const float xsg = ((const float*)(xs4 + (g1 - g0) * 32))[Gu - g0];
+        const float xsg = ((const float*)(xs4 + ng * 32))[Gu - g0];
+#else
+        const float xsg = 0.f;
 #endif
-        // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi
-        const uint4* xp = xs4 + (g == 1 ? (g1 - g0) * 16 : 0) + (2 * (Gu - g0)) * 8 + tq * 2;
-#pragma unroll
-        for (int blk = 0; blk < 2; blk++) {
-          const uint4 xa = xp[blk * 8], xb = xp[blk * 8 + 1];
-          const u32 q[4] = {w[u][blk].x, w[u][blk].y, w[u][blk].z, w[u][blk].w};
-          const u32 bx[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-          for (int j = 0; j < 4; j++) {
-            const u32 qh = q[j] >> 8;
-            mma(c, FRAG(q[j], 0x000F000Fu, m0), FRAG(q[j], 0x00F000F0u, m1), FRAG(qh, 0x000F000Fu, m0),
-                FRAG(qh, 0x00F000F0u, m1), bx[2 * j], bx[2 * j + 1]);
-          }
-        }
-#if SUMZ
-        c[0] -= (1024.f + bf_lo(zc[u])) * xsg;
-        c[2] -= (1024.f + 16.f * bf_hi(zc[u])) * xsg;
-#endif
-        y0 += bf_lo(sc[u]) * (c[0] + c[1]);  // lane (g, 0): rows g, g + 8 x columns 0 (hi), 1 (lo)
-        y1 += bf_hi(sc[u]) * 0.0625f * (c[2] + c[3]);
+        group_dot(w[u][0], w[u][1], sc[u], zc[u], xq + 2 * (Gu - g0) * 8, xsg, y0, y1);
       }
     }
 #pragma unroll
@@ -234,6 +295,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
       w[u][0] = wn[u][0]; w[u][1] = wn[u][1]; sc[u] = sn[u]; zc[u] = zn[u];
     }
   }
+#endif
 #if PDL
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
@@ -325,35 +387,14 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
     for (int u = 0; u < U; u++) {
       if (j + u < items) {
         const int G = (j + u) % NG;
-        const uint4* xp = xbase + 2 * G * 8;
 #if SUMZ
         const float xsg = ((const float*)(xs4 + NG * 32))[G];
+#else
+        const float xsg = 0.f;
 #endif
-        const uint4 xa0 = xp[0], xb0 = xp[1], xa1 = xp[8], xb1 = xp[9];
-        const u32 bx[2][8] = {{xa0.x, xa0.y, xa0.z, xa0.w, xb0.x, xb0.y, xb0.z, xb0.w},
-                              {xa1.x, xa1.y, xa1.z, xa1.w, xb1.x, xb1.y, xb1.z, xb1.w}};
 #pragma unroll
-        for (int r = 0; r < RT; r++) {
-          const u32 m0 = f2h2(1024.f + bf_lo(zc[u][r]), 1024.f + bf_lo(zc[u][r]));
-          const u32 m1 = f2h2(1024.f + 16.f * bf_hi(zc[u][r]), 1024.f + 16.f * bf_hi(zc[u][r]));
-          float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-          for (int blk = 0; blk < 2; blk++) {
-            const u32 q[4] = {w[u][r][blk].x, w[u][r][blk].y, w[u][r][blk].z, w[u][r][blk].w};
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-              const u32 qh = q[s] >> 8;
-              mma(c, FRAG(q[s], 0x000F000Fu, m0), FRAG(q[s], 0x00F000F0u, m1), FRAG(qh, 0x000F000Fu, m0),
-                  FRAG(qh, 0x00F000F0u, m1), bx[blk][2 * s], bx[blk][2 * s + 1]);
-            }
-          }
-#if SUMZ
-          c[0] -= (1024.f + bf_lo(zc[u][r])) * xsg;
-          c[2] -= (1024.f + 16.f * bf_hi(zc[u][r])) * xsg;
-#endif
-          y[r][0] += bf_lo(sc[u][r]) * (c[0] + c[1]);
-          y[r][1] += bf_hi(sc[u][r]) * 0.0625f * (c[2] + c[3]);
-        }
+        for (int r = 0; r < RT; r++)
+          group_dot(w[u][r][0], w[u][r][1], sc[u][r], zc[u][r], xbase + 2 * G * 8, xsg, y[r][0], y[r][1]);
         if (G == NG - 1) {  // the row block is complete: lane (g, 0) writes rows g and g + 8
           const int rb = wg + (j + u) / NG * TW;
           if (tq == 0) {
@@ -402,12 +443,15 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 }
 """
 
-# (warps a block, groups in flight a warp, splits, row blocks a warp) tried per shape. Row blocks a warp = 0: the
-# kernel int4_gemv (a block's warps share its row block's groups; splits > 1 split K over blocks, only where the
-# output is added in place); > 0: int4_gemv_flat (a warp owns whole row blocks; for matrices with many rows)
-CONFIGS = [(4, 1, 1, 0), (4, 2, 1, 0), (8, 1, 1, 0), (8, 2, 1, 0), (8, 4, 1, 0), (16, 1, 1, 0), (16, 2, 1, 0),
-           (4, 2, 2, 0), (8, 2, 2, 0), (8, 1, 4, 0), (8, 2, 4, 0), (4, 2, 4, 0), (8, 1, 8, 0),
-           (4, 2, 1, 1), (8, 2, 1, 1), (4, 4, 1, 1), (4, 2, 1, 2), (8, 2, 1, 2), (4, 2, 1, 3)]
+# (warps a block, groups in flight a warp, splits, row blocks a warp, cp.async stages) tried per shape. Row blocks a
+# warp = 0: the kernel int4_gemv (a block's warps share its row block's groups; splits > 1 split K over blocks, only
+# where the output is added in place); > 0: int4_gemv_flat (a warp owns whole row blocks; many rows). Stages > 0:
+# int4_gemv streams its groups through a cp.async ring in shared memory (that many in flight a warp) instead of
+# `groups in flight` register buffers
+CONFIGS = [(4, 1, 1, 0, 0), (4, 2, 1, 0, 0), (8, 1, 1, 0, 0), (8, 2, 1, 0, 0), (8, 4, 1, 0, 0), (16, 1, 1, 0, 0),
+           (16, 2, 1, 0, 0), (4, 2, 2, 0, 0), (8, 2, 2, 0, 0), (8, 1, 4, 0, 0), (8, 2, 4, 0, 0), (4, 2, 4, 0, 0),
+           (8, 1, 8, 0, 0), (4, 2, 1, 1, 0), (8, 2, 1, 1, 0), (4, 4, 1, 1, 0), (4, 2, 1, 2, 0),
+           (8, 1, 1, 0, 4), (8, 1, 1, 0, 6), (4, 1, 1, 0, 8), (16, 1, 1, 0, 3), (8, 1, 2, 0, 4), (4, 1, 4, 0, 6)]
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -452,8 +496,8 @@ def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1
 def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90")."""
     pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
-    warps, ahead = config[:2]
-    defines = dict(WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic,
+    warps, ahead, stages = config[0], config[1], config[4]
+    defines = dict(STAGES=stages, WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic,
                    XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=int(ZERO_POINT == "sum"), XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
@@ -495,16 +539,17 @@ def _kernel(device_index: int, flags: tuple, config: tuple):
 def shared_bytes(k: int, config: tuple) -> int:
     """Dynamic shared memory of one block: partial sums (warps x 16 + 32 floats) and the block's inputs as two fp16
     halves (hi, lo)."""
-    warps, _, split, flat = config
+    warps, _, split, flat, stages = config
     groups = -(-(k // F.GROUP) // split)
-    return (8 if flat else warps * 4 + 8) * 16 + 2 * groups * F.GROUP * 2 + 4 * groups
+    ring = warps * stages * (64 * 16 + 64 * 4)  # a slot: 64 16-byte words and 64 scale/zero words a warp
+    return (8 if flat else warps * 4 + 8) * 16 + 2 * groups * F.GROUP * 2 + 16 * -(-groups // 4) + ring
 
 
 def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
            glu=False, acc=False, pdl=0) -> None:
     """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
     (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
-    warps, _, split, flat = config
+    warps, _, split, flat, _ = config
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
                    int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1)
     dev = words.device.index
@@ -542,14 +587,16 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
     memory within the device's opt-in limit (checked at launch)."""
     groups, blocks = k // F.GROUP, n // F.TILE // (2 if glu else 1)
     out = []
-    for warps, ahead, split, flat in CONFIGS:
+    for warps, ahead, split, flat, stages in CONFIGS:
         slices = warps // (2 if glu else 1)
         if split > 1 and not split_ok or not flat and groups // split < slices:
             continue
         if flat and blocks < 4 * warps * flat:  # a flat grid needs row blocks for many warps
             continue
-        out.append((warps, ahead, split, flat))
-    return out or [(2 if glu else 1, 1, 1, 0)]
+        if shared_bytes(k, (warps, ahead, split, flat, stages)) > 200 * 1024:
+            continue
+        out.append((warps, ahead, split, flat, stages))
+    return out or [(2 if glu else 1, 1, 1, 0, 0)]
 
 
 def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, glu=False, config=None,
