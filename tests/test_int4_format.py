@@ -99,3 +99,19 @@ def test_cuda_gemv_source_compiles_where_nvrtc_exists():
                                                                (4, 2, 1, 1, 0)),
                        (int4_cuda._flags(acc=1, atomic=1, xbf16=1), (8, 1, 4, 0, 6))]:
         assert len(int4_cuda.compile_source(flags, cfg, f"sm_{major}{minor}")) > 1000
+
+
+def test_compiled_kernels_are_cached_on_disk_by_source_and_switches(tmp_path, monkeypatch):
+    """Each run cell is a fresh process: the cubin comes from the cache once compiled, and a changed switch or
+    source compiles anew (compile_source stubbed: this machine has no NVRTC)."""
+    from floorline.native import int4_cuda
+
+    monkeypatch.setenv("FLOORLINE_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(int4_cuda, "compile_source", lambda f, c, a: calls.append((f, c, a)) or repr(calls).encode())
+    first = int4_cuda._cubin(int4_cuda._flags(), (8, 2, 1, 0, 0), "sm_90")
+    assert int4_cuda._cubin(int4_cuda._flags(), (8, 2, 1, 0, 0), "sm_90") == first and len(calls) == 1
+    int4_cuda._cubin(int4_cuda._flags(pro=1), (8, 2, 1, 0, 0), "sm_90")
+    monkeypatch.setattr(int4_cuda, "SOURCE", int4_cuda.SOURCE + "\n")
+    int4_cuda._cubin(int4_cuda._flags(), (8, 2, 1, 0, 0), "sm_90")
+    assert len(calls) == 3 and len(list((tmp_path / "int4_cuda").glob("*.cubin"))) == 3

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
+from pathlib import Path
 
 import torch
 
@@ -527,11 +529,37 @@ def _nvrtc_ok(nvrtc, code: int) -> None:
         raise RuntimeError(f"NVRTC error {code}: {nvrtc.nvrtcGetErrorString(code)}")
 
 
+def cache_dir() -> Path:
+    """Where compiled cubins are kept across processes (each run cell is a fresh one): $FLOORLINE_CACHE or
+    ~/.cache/floorline, under int4_cuda/."""
+    return Path(os.environ.get("FLOORLINE_CACHE") or Path.home() / ".cache" / "floorline") / "int4_cuda"
+
+
+def _cubin(flags: tuple, config: tuple, arch: str) -> bytes:
+    """compile_source through the on-disk cache, keyed by the source, the switches, the config, the arch and the
+    NVRTC library (a changed source or toolkit compiles anew)."""
+    key = hashlib.sha256(repr((SOURCE, ZERO_POINT, flags, config, arch, torch.version.cuda)).encode()).hexdigest()
+    path = cache_dir() / f"{key[:32]}.cubin"
+    try:
+        return path.read_bytes()
+    except OSError:
+        pass
+    cubin = compile_source(flags, config, arch)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(cubin)
+        os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+    except OSError:
+        pass  # a read-only home: compile every time
+    return cubin
+
+
 @functools.lru_cache(maxsize=None)
 def _kernel(device_index: int, flags: tuple, config: tuple):
     major, minor = torch.cuda.get_device_capability(device_index)
     with torch.cuda.device(device_index):
-        cubin = compile_source(flags, config, f"sm_{major}{minor}")
+        cubin = _cubin(flags, config, f"sm_{major}{minor}")
         name = "int4_gemv_flat" if config[3] else "int4_gemv"
         return torch.cuda._utils._cuda_load_module(cubin, [name])[name]
 
