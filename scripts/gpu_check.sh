@@ -91,6 +91,16 @@ for stage in "${stages[@]}"; do
       fl explain --model qwen2.5-7b --ctx 2048 --mode native,graph --quant int4 --out "$OUT/explain_native_int4" 2>&1 \
         | tee "$OUT/explain_native_int4.log" | tail -2
       tar czf "$OUT/explain_native_int4.tgz" -C "$OUT" explain_native_int4 ;;
+    int4-final)  # the int4 kernel's tests, the int4 steps at ctx 2048, the per-kernel GEMV table, the GPU tests of
+                 # timing and of the int4 backend (a short lease: everything else is in int4-run)
+      python3 -m pytest -q tests/test_gpu_native.py tests/test_int4_format.py -k "int4_cuda or compiles" 2>&1 \
+        | tee "$OUT/pytest_int4.log" | tail -2
+      for m in qwen2.5-7b llama-3.1-8b; do
+        fl run --model "$m" --ctx 2048 --quant int4 --mode native --output "$OUT/native.jsonl" >> "$OUT/native.log" 2>&1
+      done
+      python3 -m floorline.native.bench --only "(" --json "$OUT/native_bench.json" > "$OUT/native_bench.log" 2>&1
+      python3 -m pytest -q -m gpu tests/test_timing.py tests/test_gpu_quant.py -k "timing or int4 and not tinygemm and \
+        not gemlite" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -2 ;;
     int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies)
       for sc in "gate_up 8,2,1,0,0" "gate_up 8,1,1,0,4" "down 4,2,4,0,0" "qkv 8,1,1,0,0"; do
         set -- $sc
