@@ -143,7 +143,7 @@ def test_int4_cuda_gemv_is_replayable_in_a_graph_with_pdl():
     x = torch.randn(2048, device="cuda")
     out = torch.empty(1024, device="cuda")
     want = K.ref_gemv(words, x, scales=s, zeros=z, layout="mma")
-    from floorline.runtimes.base import capture_graph
+    from floorline.timing import capture_graph
 
     graph = capture_graph(lambda: (x.mul_(1.0), K.tri_gemv(words, x, scales=s, zeros=z, layout="mma", out=out)), 2)
     out.fill_(float("nan"))

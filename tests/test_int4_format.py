@@ -115,3 +115,13 @@ def test_compiled_kernels_are_cached_on_disk_by_source_and_switches(tmp_path, mo
     monkeypatch.setattr(int4_cuda, "SOURCE", int4_cuda.SOURCE + "\n")
     int4_cuda._cubin(int4_cuda._flags(), (8, 2, 1, 0, 0), "sm_90")
     assert len(calls) == 3 and len(list((tmp_path / "int4_cuda").glob("*.cubin"))) == 3
+
+
+def test_the_tuned_configs_are_named_for_the_records(monkeypatch):
+    from floorline.native import int4_cuda
+
+    monkeypatch.setattr(int4_cuda, "_BEST", {("cuda:0", 37888, 3584, 1, True, False, False, None, None, 1):
+                                             (8, 2, 1, 0, 0),
+                                             ("cuda:0", 3584, 18944, 0, False, True, False, None, None, 1):
+                                             (8, 1, 4, 0, 6)})
+    assert int4_cuda.tuned() == {"37888x3584 norm glu": "w8 ahead2 k1", "3584x18944 acc": "w8 async6 k4"}

@@ -34,19 +34,12 @@ def _operands(K, name: str, n: int, k: int, pro: int, dev):
 CHECK_TOLERANCE = 2e-3  # relative error against the fp32 torch reference (int4 CUDA: fp16 inputs, ~3e-4)
 
 
-def config_name(cfg: tuple) -> str:
-    """An int4 CUDA launch config: warps, groups ahead (registers) or cp.async stages, then splits (int4_gemv) or
-    row blocks a warp (flat)."""
-    warps, ahead, split, flat, stages = cfg
-    return f"w{warps} " + (f"async{stages}" if stages else f"ahead{ahead}") + (f" flat{flat}" if flat else f" k{split}")
-
-
 def _config_name(K, fmt: str) -> str:
     """The tuned launch parameters of the kernel just timed."""
     if fmt == "int4 cuda":
         from floorline.native import int4_cuda
 
-        return config_name(int4_cuda.last_config)
+        return int4_cuda.config_name(int4_cuda.last_config)
     cfg = (K._gemv_int4 if fmt == "int4" else K._gemv_bf16).best_config
     return (f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
             f" k{cfg.kwargs.get('SPLIT', 1)} r{cfg.maxnreg or '-'}")
@@ -185,7 +178,7 @@ def _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, json_path, triton_tiles: boo
                 err = ((out - want).norm() / want.norm()).item()
                 us = chain_us([lambda o=o: K.tri_gemv(o[0], x, scales=o[1], zeros=o[2], out=out, config=cfg,
                                                       layout="mma", **kw) for o in mops])
-                rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}", "config": "cuda " + config_name(cfg),
+                rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}", "config": "cuda " + int4_cuda.config_name(cfg),
                              "us": us, "bytes": nbytes, "gbps": nbytes / us / 1e3, "rel_err": err})
                 print(f"  {name} {rows[-1]['config']}: {us:.1f} us, err {err:.1e}", flush=True)
             del mops

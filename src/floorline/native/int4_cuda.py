@@ -655,6 +655,19 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     return y
 
 
+def config_name(cfg: tuple) -> str:
+    """A launch config in words: warps, groups ahead (registers) or cp.async stages, then splits (int4_gemv) or row
+    blocks a warp (flat)."""
+    warps, ahead, split, flat, stages = cfg
+    return f"w{warps} " + (f"async{stages}" if stages else f"ahead{ahead}") + (f" flat{flat}" if flat else f" k{split}")
+
+
+def tuned() -> dict:
+    """The configs tuning chose in this process, by shape and switches (kept in the records)."""
+    return {f"{n}x{k}{' norm' if pro else ''}{' glu' if glu else ''}{' acc' if acc else ''}": config_name(c)
+            for (_, n, k, pro, glu, acc, *_), c in _BEST.items()}
+
+
 def _tune(words, x, y, candidates: list[tuple], kw: dict) -> tuple:
     """The fastest candidate as a decode step sees it (kernels._cold_bench: L2 evicted before each call, in a CUDA
     graph); y (which may hold the residual) is restored after."""

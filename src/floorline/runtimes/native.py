@@ -34,7 +34,10 @@ class Native(Runtime):
     def describe(self) -> dict:
         from floorline.native import kernels as K
 
-        return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk}
+        from floorline.native import int4_cuda
+
+        return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
+                "native_int4_configs": int4_cuda.tuned() or None}
 
     def prefill(self, prompt: torch.Tensor, chunk: int = 1024, progress=None) -> None:
         self.net.prefill(prompt, chunk)
