@@ -17,9 +17,8 @@ import importlib.util
 import torch
 
 from floorline import floor
-from floorline.quant.base import Backend, Packed, dequant, pack_int4_int32, rtn
+from floorline.quant.base import GROUP, Backend, Packed, dequant, pack_int4_int32, rtn
 
-GROUP = 128
 TILE = 16
 
 

@@ -20,8 +20,10 @@ from typing import Callable, Iterator
 import torch
 
 from floorline import floor
+from floorline.native import int4_format
 from floorline.errors import UserError
 
+GROUP = int4_format.GROUP  # every int4 backend quantises with groups of 128 inputs (the study's setting)
 CHECK_ROWS = (1, 64)  # decode (batch 1) and a prefill-sized input: some libraries take another path for many rows
 CHECK_TOLERANCE = 1e-2  # relative error of y = x W^T against the fp32 reference; bf16 rounding gives ~2e-3
 

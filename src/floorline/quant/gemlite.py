@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 
 from floorline import floor
-from floorline.quant.base import Backend, Packed, rtn
+from floorline.quant.base import GROUP, Backend, Packed, rtn
 
-GROUP = 128
 
 
 class Int4Gemlite(Backend):

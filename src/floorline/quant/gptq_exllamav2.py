@@ -13,9 +13,8 @@ from __future__ import annotations
 import torch
 
 from floorline import floor
-from floorline.quant.base import Backend, Packed, dequant, pack_int4_int32, rtn
+from floorline.quant.base import GROUP, Backend, Packed, dequant, pack_int4_int32, rtn
 
-GROUP = 128
 
 
 class ExLlamaV2Linear(torch.nn.Module):

@@ -13,9 +13,8 @@ import math
 import torch
 
 from floorline import floor
-from floorline.quant.base import Backend, Packed
+from floorline.quant.base import GROUP, Backend, Packed
 
-GROUP = 128
 PAD_IN, PAD_OUT = 1024, 8  # Int4TilePackedTo4dTensor.from_hp: find_multiple(in, 1024), find_multiple(out, ntile 8)
 
 
