@@ -8,21 +8,26 @@ cd "$(dirname "$0")/.."
 out=results/cpu
 mkdir -p "$out"
 rm -f "$out/default_run.jsonl"
-t0=$(date +%s.%N)
-(cd /tmp && floorline run --output "$OLDPWD/$out/default_run.jsonl" >/dev/null)
-t1=$(date +%s.%N)
+load=$(cut -d' ' -f1 /proc/loadavg)
+tm=$(mktemp)
+(cd /tmp && /usr/bin/time -f "%e %U %S" -o "$tm" floorline run --output "$OLDPWD/$out/default_run.jsonl" >/dev/null)
+read -r wall user sys < "$tm"
 (cd /tmp && ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
-  floorline run --output "$OLDPWD/$out/avx2_run.jsonl.tmp" >/dev/null)
-t2=$(date +%s.%N)
+  /usr/bin/time -f "%e %U %S" -o "$tm" floorline run --output "$OLDPWD/$out/avx2_run.jsonl.tmp" >/dev/null)
+read -r wall2 user2 sys2 < "$tm"
+rm -f "$tm"
 dtype=$(python -c "import json; print(json.loads(open('$out/default_run.jsonl').readline())['dtype'])")
 dtype_avx2=$(python -c "import json; print(json.loads(open('$out/avx2_run.jsonl.tmp').readline())['dtype'])")
 rm -f "$out/avx2_run.jsonl.tmp"
 {
   echo "cpu=$(python -c 'from floorline import system; print(system.cpu_name())')"
   echo "cores=$(nproc)"
-  echo "run_s=$(python -c "print(round($t1 - $t0, 1))")"
+  echo "load_before=$load"
+  echo "run_s=$wall"
+  echo "run_cpu_s=$(python -c "print(round($user + $sys, 1))")"
   echo "dtype=$dtype"
-  echo "run_avx2_s=$(python -c "print(round($t2 - $t1, 1))")"
+  echo "run_avx2_s=$wall2"
+  echo "run_avx2_cpu_s=$(python -c "print(round($user2 + $sys2, 1))")"
   echo "dtype_avx2=$dtype_avx2"
 } > "$out/first_minute.txt"
 cat "$out/first_minute.txt"

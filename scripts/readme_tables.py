@@ -57,10 +57,12 @@ def cpu_run() -> str:
 def first_minute() -> str:
     """The wall time of the README's first command (scripts/first_minute.sh), as recorded."""
     kv = dict(ln.split("=", 1) for ln in (CPU / "first_minute.txt").read_text().splitlines() if "=" in ln)
-    return _para(f"On {kv['cpu']} ({kv['cores']} cores, shared with other work while measured): `floorline run` took "
-                 f"{float(kv['run_s']):.0f} s as is ({kv['dtype']}: this CPU has native bf16), and "
-                 f"{float(kv['run_avx2_s']):.0f} s with torch held to AVX2 ({kv['dtype_avx2']}: what a CPU without "
-                 f"AVX-512 BF16 gets); `scripts/first_minute.sh`, `results/cpu/first_minute.txt`.")
+    return _para(f"Measured on {kv['cpu']} ({kv['cores']} cores, shared with other work: load average "
+                 f"{kv['load_before']} before it started): `floorline run` took {float(kv['run_s']):.0f} s "
+                 f"({float(kv['run_cpu_s']):.0f} s of CPU time) as is, in {kv['dtype']} (this CPU has native bf16), "
+                 f"and {float(kv['run_avx2_s']):.0f} s ({float(kv['run_avx2_cpu_s']):.0f} s of CPU time) with torch "
+                 f"held to AVX2, in {kv['dtype_avx2']} (what a CPU without AVX-512 BF16 gets); "
+                 f"`scripts/first_minute.sh`, `results/cpu/first_minute.txt`.")
 
 
 def h200_run() -> str:

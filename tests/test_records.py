@@ -105,3 +105,15 @@ def test_source_digest_names_the_code_that_ran(tmp_path):
     (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
     (tmp_path / "pkg" / "a.py").rename(tmp_path / "pkg" / "b.py")
     assert system.source_sha256(tmp_path) != first
+
+
+@pytest.mark.parametrize("data, keep, why", [
+    (b"", 0, None),
+    (b'{"a": 1}\n', 9, None),
+    (b'{"a": 1}\n{"a"', 9, "truncated"),  # killed mid-line
+    (b'{"a": 1}\n{"a": 2}', 17, None),  # complete, only its newline missing
+    (b'{"a": 1}\n{"a"\n', 9, "not a complete record"),  # a torn line that got its newline
+])
+def test_the_torn_tail_rule(data, keep, why):
+    n, reason = records.torn_tail(data)
+    assert n == keep and (reason is None if why is None else why in reason)

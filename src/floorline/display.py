@@ -108,10 +108,6 @@ def run_table(records: list[dict], wide: bool | None = None, columns: int | None
                  title + "; floor and % at the measured bandwidth (--wide: every column)")
 
 
-def rich_table(records: list[dict]) -> Table:
-    return run_table(records, wide=True)
-
-
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in body]

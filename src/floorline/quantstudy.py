@@ -22,12 +22,14 @@ DEFAULT_MODES = ["eager", "graph"]
 
 
 @dataclass
-class Job:
+class BackendRun:
+    """One backend of the comparison: what is still to run of it, in one fresh process (job_of)."""
+
     backend: str  # the table's name: bf16 or a backend
     run: RunConfig  # modes (and run.kernels: the chain) still to run; quant canonical; dtype the backend's
     unavailable: str | None = None
     arch: zoo.Arch | None = None
-    modes: list[str] | None = None  # every mode of the comparison (the table's), done or not
+    modes: list[str] | None = None  # every mode of the comparison (the table's rows), done or not
 
 
 @dataclass
@@ -57,7 +59,7 @@ def _done(have: list[dict]) -> tuple[set, set]:
             {_kernel_key(r) for r in tried if r.get("kind") == "kernels"})
 
 
-def plan(cfg: QuantConfig, have: list[dict]) -> list[Job]:
+def plan(cfg: QuantConfig, have: list[dict]) -> list[BackendRun]:
     """One job per backend, in the order asked; bad input fails here, before anything runs."""
     if len(cfg.base.ctxs) != 1:
         raise UserError("quant takes one --ctx; run one comparison per context")
@@ -83,16 +85,16 @@ def plan(cfg: QuantConfig, have: list[dict]) -> list[Job]:
                "attn_implementation": run.attn, "device": run.device}
         todo = [m for m in modes if cell_key({**key, "mode": m}) not in cells]
         chain = cfg.kernels and _kernel_key(key) not in chains
-        jobs.append(Job(n, replace(run, modes=todo, kernels=chain), f"unavailable: {why}" if why else None, a,
-                        modes))
+        jobs.append(BackendRun(n, replace(run, modes=todo, kernels=chain), f"unavailable: {why}" if why else None,
+                               a, modes))
     return jobs
 
 
-def job_of(job: Job, arch: zoo.Arch, said: set) -> resume.Job | None:
+def job_of(job: BackendRun, said: set) -> resume.Job | None:
     """The backend's fresh process for the modes (and chain) still to run; an unavailable backend's cells get their
     failure records without a process, once per reason (not once per run); None when nothing is left."""
     run = job.run
-    cells = [Cell(arch, run.model, run.ctxs[0], m, replace(run, modes=[m])) for m in run.modes]
+    cells = [Cell(job.arch, run.model, run.ctxs[0], m, replace(run, modes=[m])) for m in run.modes]
     if job.unavailable:
         cells = [c for c in cells if (c.key(), job.unavailable) not in said]
         return resume.Job(job.backend, cells, [], known=job.unavailable) if cells else None
@@ -101,14 +103,13 @@ def job_of(job: Job, arch: zoo.Arch, said: set) -> resume.Job | None:
     return resume.Job(job.backend, cells, [run])
 
 
-def run(cfg: QuantConfig, log: Callable[[str], None] = lambda s: None) -> tuple[list[Job], list[dict]]:
+def run(cfg: QuantConfig, log: Callable[[str], None] = lambda s: None) -> tuple[list[BackendRun], list[dict]]:
     """Run what is not yet in the output; returns the plan and the output's records afterwards, those of this
     device kind only (the file is shared with sweep and may hold other machines' runs)."""
     have = resume.load(cfg.output, log)
     jobs = plan(cfg, have)
-    a = zoo.resolve(cfg.base.model)
     said = {(cell_key(r), r.get("reason")) for r in have}
-    todo = [j for j in (job_of(job, a, said) for job in jobs) if j is not None]
+    todo = [j for j in (job_of(job, said) for job in jobs) if j is not None]
 
     def started(j: resume.Job) -> None:
         if j.known:

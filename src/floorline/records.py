@@ -34,19 +34,38 @@ def append(path: str | os.PathLike, records: list[dict]) -> None:
             os.fsync(f.fileno())
 
 
+def torn_tail(data: bytes) -> tuple[int, str | None]:
+    """The torn-tail rule: a last line that is not a complete JSON record (a write killed half-way) is not part of the
+    file. Returns (bytes that are the file's records, why the rest was dropped or None). A complete last record that
+    lacks only its newline is kept. Lines before the last are left to parse(), where a bad one is an error."""
+    head, _, tail = data.rpartition(b"\n")
+    if not tail.strip():  # the file ends with a newline: its last line is the one before it
+        body = head
+        last_start = body.rfind(b"\n") + 1
+        last = body[last_start:]
+        if not last.strip():
+            return len(data), None
+        try:
+            json.loads(last)
+            return len(data), None
+        except json.JSONDecodeError:
+            return last_start, "the last line is not a complete record"
+    try:
+        json.loads(tail)
+        return len(data), None
+    except json.JSONDecodeError:
+        return len(data) - len(tail), f"the last line is truncated ({len(tail)} bytes, a killed write)"
+
+
 def read(path: str | os.PathLike, drop_torn_tail: bool = False) -> list[dict]:
     """Every record of a JSON-lines file; a corrupt line or a newer schema is an error naming file and line.
-    drop_torn_tail: a last line without its newline that is not valid JSON (a write killed half-way) is skipped."""
+    drop_torn_tail: a torn last line (torn_tail) is skipped."""
     if not Path(path).is_file():
         raise UserError(f"{path}: no such results file (or not a regular file)")
-    text = Path(path).read_text(encoding="utf-8")
-    if drop_torn_tail and not text.endswith("\n"):
-        head, _, tail = text.rpartition("\n")
-        try:
-            json.loads(tail)
-        except json.JSONDecodeError:
-            text = head + "\n" if head else ""
-    return parse(text, str(path))
+    data = Path(path).read_bytes()
+    if drop_torn_tail:
+        data = data[:torn_tail(data)[0]]
+    return parse(data.decode("utf-8"), str(path))
 
 
 def parse(text: str, path: str) -> list[dict]:

@@ -10,7 +10,6 @@ file already holds; a SIGKILL loses at most the job in flight, and the same comm
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -60,42 +59,27 @@ def done_keys(have: list[dict], *, valid_only: bool = False) -> set[tuple]:
 
 # ------------------------------------------------------------------------------------------------- results file
 def load(path: str | os.PathLike, warn: Callable[[str], None] = lambda m: None, repair: bool = True) -> list[dict]:
-    """Records already in the results file. A truncated or corrupt *last* line (a kill mid-write) is discarded with a
-    warning and (repair=True) cut from the file, so its cell runs again; a corrupt line before the last is an error."""
+    """Records already in the results file. A torn last line (records.torn_tail: a kill mid-write) is discarded with
+    a warning and (repair=True) cut from the file, so its cell runs again; a corrupt line before the last is an error.
+    A complete last record without its newline gets one (repair=True), so the next append starts its own line."""
     p = Path(path)
     if not p.exists():
         return []
     data = p.read_bytes()
-    lines = data.split(b"\n")
-    tail = lines.pop()  # after the last newline: b"" when the file ends cleanly
-    good_end = len(data) - len(tail)
-    if tail.strip():
-        try:
-            json.loads(tail)
-            lines.append(tail)  # a complete record that lacks only its newline
-            good_end = len(data)
-        except json.JSONDecodeError:
-            warn(f"{path}: the last line is truncated ({len(tail)} bytes, a killed write); discarded, its cell reruns")
-    elif lines and lines[-1].strip():
-        try:
-            json.loads(lines[-1])
-        except json.JSONDecodeError:
-            warn(f"{path}: the last line is not a complete record; discarded, its cell reruns")
-            good_end -= len(lines[-1]) + 1
-            lines.pop()
-    if good_end < len(data):
-        if not repair:
-            return records.parse(data[:good_end].decode("utf-8"), str(p))
+    good_end, why = records.torn_tail(data)
+    if why:
+        warn(f"{path}: {why}; discarded, its cell reruns")
+    if repair and good_end < len(data):
         with open(p, "r+b") as f:
             f.truncate(good_end)
             f.flush()
             os.fsync(f.fileno())
-    if repair and good_end == len(data) and tail.strip():  # a complete last record without its newline: give it one, so the
-        with open(p, "ab") as f:  # next append starts a line of its own
+    elif repair and data and not data.endswith(b"\n"):
+        with open(p, "ab") as f:
             f.write(b"\n")
             f.flush()
             os.fsync(f.fileno())
-    return records.read(p)
+    return records.parse(data[:good_end].decode("utf-8"), str(p))
 
 
 # ---------------------------------------------------------------------------------------------- failure records
