@@ -115,6 +115,21 @@ def test_cuda_copy_bandwidth(cuda):
         assert gbps < spec.peak_gbps * 1.05  # a copy cannot beat the datasheet
 
 
+def test_native_gemv_is_a_bandwidth_pattern_on_the_gpu(cuda):
+    """floorline's own Triton GEMV reads faster than a copy on the H200: it must be among the patterns the floor takes
+    the best of, and its product must be right."""
+    pytest.importorskip("triton")
+    bw = bandwidth.achievable_bandwidth(cuda, torch.bfloat16, nbytes=256 << 20, reps=4)
+    assert set(bw["patterns"]) == {"copy", "read", "gemv", "native"}
+    assert bw["gbps"] == max(bw["patterns"].values())
+    from floorline.native import kernels
+
+    w = torch.randn(4096, bandwidth.GEMV_COLS, device=cuda, dtype=torch.bfloat16)
+    x = torch.randn(bandwidth.GEMV_COLS, device=cuda)
+    y = kernels.tri_gemv(w, x, config=bandwidth.NATIVE_TILE)
+    assert ((y - w.float() @ x).norm() / (w.float() @ x).norm()).item() < 1e-5
+
+
 def test_cli_run_on_gpu(tmp_path):
     from conftest import run_cli
 
