@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_jsonl_strict, run_cli
-from floorline import ab, endpoint, floor, records, resume, zoo
+from floorline import ab, endpoint, floor, records, resume, specs, zoo
 from test_resume import complete_lines, torn  # noqa: F401 (torn: the SIGKILL-mid-write fixture)
 
 CTX, STEPS, WARMUP, SESSIONS = 96, 12, 2, 2
@@ -373,3 +373,38 @@ def test_ab_bad_endpoint_arm_is_one_line_before_any_session(two_stubs, tmp_path,
     rc, _, err = run_cli(args)
     assert rc == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert time.perf_counter() - t0 < 5 and not out.exists()  # no session started, nothing written
+
+
+# ------------------------------------------------------------------------------------- predict on endpoint records
+def test_predict_on_real_endpoint_records(endpoint_records, tmp_path):
+    """The real server's records: as measured here (a CPU, no --gpu) predict leaves them out and says why; labelled
+    with a datasheet GPU (what `--gpu l4` writes) they calibrate the endpoint's own fit, checked by hand."""
+    import numpy as np
+
+    recs, _, _ = endpoint_records
+    cpu = tmp_path / "cpu.jsonl"
+    records.append(cpu, recs)
+    rc, _, err = run_cli(["predict", "--from", str(cpu), "--model", "tiny-qwen2", "--ctx", "64", "--gpu", "h200",
+                          "--mode", "endpoint"])
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"left out: {len(recs)} endpoint: no datasheet peak_gbps" in err and "--gpu KEY" in err
+
+    l4 = specs.lookup("l4")
+    labelled = tmp_path / "l4.jsonl"
+    records.append(labelled, [{**r, "gpu_key": "l4", "peak_gbps": l4.peak_gbps} for r in recs])
+    rc, out, err = run_cli(["predict", "--from", str(labelled), "--model", "tiny-qwen2", "--ctx", "64", "--gpu",
+                            "h200", "--mode", "endpoint", "--format", "json"])
+    assert rc == 0, err
+    got = json.loads(out)
+    # by hand: one cell per ctx (median of its sessions' medians), t = x / eta, least squares on relative error
+    cells = {}
+    for r in recs:
+        cells.setdefault(r["ctx"], []).append(r)
+    x = np.array([rs[0]["floor_bytes"] / (l4.peak_gbps * 1e9) * 1e3 for rs in cells.values()])
+    t = np.array([np.median([r["step_ms_median"] for r in rs]) for rs in cells.values()])
+    u = np.sum(x / t) / np.sum((x / t) ** 2)
+    p = got["predictions"][0]
+    assert p["mode"] == "endpoint" and p["eta"] == pytest.approx(1 / u, rel=1e-6) and p["overhead_ms"] == 0.0
+    b = floor.floor(zoo.ZOO["tiny-qwen2"], 64).bytes
+    assert p["floor_bytes"] == b and p["step_ms"] == pytest.approx(b / (p["eta"] * 4800e9) * 1e3, rel=1e-6)
+    assert "endpoint (its own fit)" in got["calibration"] and "server at http://127.0.0.1:" in got["calibration"]
