@@ -279,8 +279,9 @@ def test_ab_endpoint_against_a_floorline_mode(served, tmp_path):
     url, d = served
     out = tmp_path / "ab.jsonl"
     rc, stdout, stderr = run_cli(["ab", "--model", "tiny-qwen2", "--ctx", "32", "--a", "eager", "--b",
-                                  f"endpoint={url},device=none", "--served-model", str(d), "--sessions", "2", "--steps", "4",
-                                  "--warmup", "1", "--device", "cpu", "--resamples", "200", "--output", str(out)])
+                                  f"endpoint={url},device=none", "--served-model", str(d), "--sessions", "2",
+                                  "--steps", "4", "--warmup", "1", "--device", "cpu", "--resamples", "200",
+                                  "--output", str(out)])
     assert rc == 0, stderr
     cells, s = _ab_cells(out)
     assert [(r["ab_session"], r["ab_arm"], r["mode"]) for r in cells] == [
@@ -368,7 +369,8 @@ def test_ab_endpoint_arm_that_dies_mid_session_gets_a_failure_record(two_stubs, 
 def test_ab_bad_endpoint_arm_is_one_line_before_any_session(two_stubs, tmp_path, arm_b, says):
     out = tmp_path / "ab.jsonl"
     args = _ab_stub_args(two_stubs, out)
-    args[args.index("--b") + 1] = arm_b.format(a=two_stubs[0] + ",device=none", dead=f"http://127.0.0.1:{free_port()}/v1")
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    args[args.index("--b") + 1] = arm_b.format(a=two_stubs[0] + ",device=none", dead=dead)
     t0 = time.perf_counter()
     rc, _, err = run_cli(args)
     assert rc == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err, err

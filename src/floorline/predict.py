@@ -96,7 +96,8 @@ DEFAULT_KERNELS = KernelModel(
 
 @dataclass(frozen=True)
 class Calibration:
-    eta: float | None  # None when there were only endpoint records; fraction of the peak bandwidth the graph step's kernels reach (also the device part of eager/static)
+    eta: float | None  # fraction of the peak bandwidth the graph step's kernels reach (also the device part of
+    # eager/static); None when the records were a server's only (endpoint_fit)
     overhead_ms: float  # c: per-step time that does not shrink with bandwidth (0 when the fit spans one GPU)
     launch_us_per_kernel: dict[str, float]  # host cost per kernel for the calibrated host-launched modes
     kernels: KernelModel
@@ -304,9 +305,12 @@ def calibrate(records_: list[dict], convention: str = "strict", source: str | No
     cal = _fit(rows, explain, convention, source or "measured records")
     return replace(cal, skipped=tuple(sorted(skipped.items())),
                    endpoint_formats=tuple(sorted({_endpoint_format(r) for r in served}, key=str)),
-                   endpoint_servers=tuple(sorted({f"{r.get('endpoint_server') or 'server'}"
-                                                  f"{' ' + str(r['endpoint_server_version']) if r.get('endpoint_server_version') else ''}"
-                                                  f" at {r.get('endpoint_url')}" for r in served})))
+                   endpoint_servers=tuple(sorted({_server_name(r) for r in served})))
+
+
+def _server_name(r: dict) -> str:
+    name = " ".join(str(x) for x in (r.get("endpoint_server") or "server", r.get("endpoint_server_version")) if x)
+    return f"{name} at {r.get('endpoint_url')}"
 
 
 def calibrate_from(paths: list[str]) -> Calibration:
@@ -461,8 +465,9 @@ def format_calibration(cal: Calibration) -> str:
                   f"  kernels per step: {cal.kernels.source}"]
     if cal.endpoint_fit:
         e, c, fitted = cal.endpoint_fit
-        lines.append(f"  endpoint (its own fit): eta {e:.3f}, fixed {c:.2f} ms{'' if fitted else ' (one GPU: not fitted)'}"
-                     f"; {', '.join(cal.endpoint_servers)}; weights {', '.join(f[0] for f in cal.endpoint_formats)}")
+        lines.append(f"  endpoint (its own fit): eta {e:.3f}, fixed {c:.2f} ms"
+                     f"{'' if fitted else ' (one GPU: not fitted)'}; {', '.join(cal.endpoint_servers)}; weights "
+                     f"{', '.join(f[0] for f in cal.endpoint_formats)}")
     for why, n in cal.skipped:
         lines.append(f"  left out: {n} record(s), {why}")
     for r in cal.residuals:

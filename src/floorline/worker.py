@@ -1,8 +1,8 @@
 """Child-process entry point: `python -m floorline.worker SPEC_JSON OUT.jsonl`.
 
 Runs each config of the spec in this (fresh) process, in order — a RunConfig (one CUDA context for all of them) or an
-EndpointConfig given as {"endpoint": {...}} (a running server, measured from here) — and appends every record, tagged with the spec's `tags`, to
-OUT as it finishes. A UserError exits 2 with its one line on stderr.
+EndpointConfig given as {"endpoint": {...}} (a running server, measured from here) — and appends every record,
+tagged with the spec's `tags`, to OUT as it finishes. A UserError exits 2 with its one line on stderr.
 """
 
 from __future__ import annotations
