@@ -132,3 +132,48 @@ def test_ab_bad_arm_or_ctx_fails_before_any_session(tmp_path, capsys):
         assert rc == 2 and len(err) == 1, err
         assert time.perf_counter() - t0 < 5  # no session process was started
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------ endpoint arms
+def test_parse_endpoint_arm():
+    arm = ab.parse_arm("endpoint=http://127.0.0.1:8000/v1/,served=m,bpw=Q4_K,gpu=l4")
+    assert arm == ab.Arm("endpoint", "bf16", "sdpa", "none", endpoint="http://127.0.0.1:8000/v1", served="m",
+                         bpw="Q4_K", gpu="l4")
+    assert arm.label == "endpoint m at 127.0.0.1:8000/v1 bpw=Q4_K"
+    # served from --served-model unless the arm names it; dtype the server's (bf16), not this host's default
+    assert ab.parse_arm("endpoint=http://h:1/v1", dtype="fp32", served="x").served == "x"
+    assert ab.parse_arm("endpoint=http://h:1/v1", dtype="fp32").dtype == "bf16"
+    assert ab.parse_arm("endpoint=http://h:1/v1,served=y,weight_bits=4", served="x") == ab.Arm(
+        "endpoint", "bf16", "sdpa", endpoint="http://h:1/v1", served="y", weight_bits=4)
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("endpoint=ftp://h/v1", "not an http(s) URL"),
+    ("endpoint=http://u:pw@h:1/v1", "FLOORLINE_API_KEY"),
+    ("mode=endpoint", "endpoint=http://HOST:PORT/v1"),
+    ("graph,served=m", "belongs to an endpoint arm"),
+    ("endpoint=http://h:1/v1,attn=eager", "for floorline's own modes"),
+    ("endpoint=http://h:1/v1,quant=nf4", "for floorline's own modes"),
+    ("endpoint=http://h:1/v1,weight_bits=four", "whole number"),
+    ("endpoint=http://h:1/v1,dtype=int3", "unknown dtype"),
+])
+def test_parse_endpoint_arm_rejects(spec, says):
+    with pytest.raises(UserError, match=re.escape(says)):
+        ab.parse_arm(spec)
+
+
+def test_key_of_mode_arms_is_unchanged_by_endpoint_fields():
+    """An A/B file written before endpoint arms existed still resumes: the key hashes the four run fields only."""
+    import hashlib
+    from dataclasses import asdict
+
+    from floorline.measure import RunConfig
+
+    cfg = ab.ABConfig(RunConfig("tiny-llama", [64], []), ab.parse_arm("eager"), ab.parse_arm("graph,quant=nf4"))
+    d = {"base": asdict(cfg.base), "a": {"mode": "eager", "dtype": "bf16", "attn": "sdpa", "quant": "none"},
+         "b": {"mode": "graph", "dtype": "bf16", "attn": "sdpa", "quant": "nf4"}}
+    for k in ("modes", "dtype", "attn", "quant"):
+        d["base"].pop(k)
+    assert cfg.key() == hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+    e = ab.ABConfig(cfg.base, cfg.a, ab.parse_arm("endpoint=http://h:1/v1,served=m"))
+    assert e.key() != cfg.key() != ab.ABConfig(cfg.base, cfg.a, ab.parse_arm("endpoint=http://h:1/v1,served=n")).key()

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import read_jsonl_strict, run_cli
-from floorline import endpoint, floor, records, zoo
+from floorline import ab, endpoint, floor, records, resume, specs, zoo
+from test_resume import complete_lines, torn  # noqa: F401 (torn: the SIGKILL-mid-write fixture)
 
 CTX, STEPS, WARMUP, SESSIONS = 96, 12, 2, 2
 
@@ -262,3 +263,150 @@ def test_unreachable_and_credentials_in_url(tmp_path):
 def test_clean_url_and_per_token_samples():
     assert endpoint.clean_url("https://h.example:8443/v1/?x=1#f") == "https://h.example:8443/v1"
     assert endpoint.per_token_samples([0, 2_000_000, 8_000_000], [1, 1, 3]) == [2.0, 2.0, 2.0, 2.0]
+
+
+# ----------------------------------------------------------------------------------------- ab with endpoint arms
+def _ab_cells(path: Path) -> tuple[list[dict], dict]:
+    recs = read_jsonl_strict(path)
+    summary = [r for r in recs if r["kind"] == "ab_summary"]
+    assert len(summary) == 1
+    return [r for r in recs if r["kind"] == "cell"], summary[0]
+
+
+def test_ab_endpoint_against_a_floorline_mode(served, tmp_path):
+    """A real server (transformers serve) against floorline's eager step on the same architecture: every session
+    runs both arms fresh, the endpoint's with its own random prompt, and the summary is ab's own."""
+    url, d = served
+    out = tmp_path / "ab.jsonl"
+    rc, stdout, stderr = run_cli(["ab", "--model", "tiny-qwen2", "--ctx", "32", "--a", "eager", "--b",
+                                  f"endpoint={url},device=none", "--served-model", str(d), "--sessions", "2",
+                                  "--steps", "4", "--warmup", "1", "--device", "cpu", "--resamples", "200",
+                                  "--output", str(out)])
+    assert rc == 0, stderr
+    cells, s = _ab_cells(out)
+    assert [(r["ab_session"], r["ab_arm"], r["mode"]) for r in cells] == [
+        (0, "A", "eager"), (0, "B", "endpoint"), (1, "B", "endpoint"), (1, "A", "eager")]  # A-B, then B-A
+    eps = [r for r in cells if r["mode"] == "endpoint"]
+    for r in eps:
+        assert r["valid"] and r["endpoint_served_model"] == str(d) and r["completion_tokens"] == 1 + 1 + 4
+        assert len(r["samples_ms"]) == 4 and all(x > 0 for x in r["samples_ms"])
+    # a fresh prompt per session: seeded by the session and the attempt
+    seeds = [r["endpoint_prompt_seed"] for r in eps]
+    assert [sd[2] for sd in seeds] == [0, 1] and seeds[0][3] != seeds[1][3]
+    assert [int(r["ab_attempt"], 16) for r in eps] == [sd[3] for sd in seeds]
+    by = {(r["ab_session"], r["ab_arm"]): r for r in cells}
+    assert s["arm_b"] == f"endpoint {d} at {url.split('://')[1]}" and s["arm_b_config"]["endpoint"] == url
+    assert s["ratios"] == [pytest.approx(by[(i, "A")]["step_ms_median"] / by[(i, "B")]["step_ms_median"])
+                           for i in (0, 1)]
+    assert f"{s['arm_b']} vs eager:" in stdout
+
+
+@pytest.fixture
+def two_stubs():
+    Stub.mode, Stub.seen, Stub.n_vocab = "ok", [], 2048
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub) for _ in range(2)]
+    for srv in servers:
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield [f"http://127.0.0.1:{srv.server_address[1]}/v1" for srv in servers]
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _ab_stub_args(urls, out, sessions="2"):
+    return ["ab", "--model", "tiny-llama", "--ctx", "32", "--a", f"endpoint={urls[0]},device=none,gpu=h200",
+            "--b", f"endpoint={urls[1]},device=none,bpw=Q8_0", "--sessions", sessions, "--steps", "4",
+            "--warmup", "1", "--resamples", "200", "--output", str(out)]
+
+
+def test_ab_two_endpoints_killed_mid_write_resumes_each_session_once(two_stubs, tmp_path, torn):
+    out = tmp_path / "ab.jsonl"
+    args = _ab_stub_args(two_stubs, out)
+    p = torn(args, at=2)  # session 0 appended; session 1's second arm torn mid-line, then SIGKILL
+    assert p.returncode == -9, p.stderr
+    first, tail = complete_lines(out)
+    assert len(first) == 3 and tail
+    p = torn(args)
+    assert p.returncode == 0, p.stderr
+    recs, tail = complete_lines(out)
+    assert tail == "" and recs[:3] == first  # nothing finished is lost
+    cells = [r for r in recs if r["kind"] == "cell"]
+    summary = [r for r in recs if r["kind"] == "ab_summary"]
+    assert len(summary) == 1 and summary[0]["sessions"] == [0, 1] and len(cells) == 5  # session 1 ran again
+    pairs = ab.completed_sessions(resume.load(out), summary[0]["ab_key"])
+    assert all(a["ab_attempt"] == b["ab_attempt"] for a, b in (v.values() for v in pairs.values()))
+    lone = first[2]
+    assert lone["ab_session"] == 1 and pairs[1][lone["ab_arm"]]["ab_attempt"] != lone["ab_attempt"]
+    # the retried session's prompt is not the killed attempt's (the server may hold that one in its cache)
+    assert pairs[1][lone["ab_arm"]]["endpoint_prompt_seed"] != lone["endpoint_prompt_seed"]
+    for arms in pairs.values():
+        assert arms["A"]["endpoint_url"] == two_stubs[0] and arms["A"]["floor_ms_peak"] is not None
+        assert arms["B"]["endpoint_url"] == two_stubs[1] and arms["B"]["quant"] == "q8_0"
+        assert arms["A"]["device"] == arms["B"]["device"] == "remote"
+    assert summary[0]["ratios"] == [pytest.approx(pairs[i]["A"]["step_ms_median"] / pairs[i]["B"]["step_ms_median"])
+                                    for i in (0, 1)]
+
+
+def test_ab_endpoint_arm_that_dies_mid_session_gets_a_failure_record(two_stubs, tmp_path):
+    """The server answers the probe, then fails its completions: each session's endpoint arm gets a failure record
+    saying why (no session is left without a record for an arm it owed), and ab ends with one line, exit 2."""
+    out = tmp_path / "ab.jsonl"
+    Stub.mode = "nostream"  # the probe passes; the measurement finds no stream
+    rc, _, err = run_cli(_ab_stub_args(two_stubs, out, sessions="1"))
+    assert rc == 2 and err.strip().count("\n") == 0 and "no session finished both arms" in err, err
+    cells = read_jsonl_strict(out)
+    assert len(cells) == 2 and not any(r["valid"] for r in cells)
+    assert {(r["ab_arm"], r["endpoint_url"]) for r in cells} == {("A", two_stubs[0]), ("B", two_stubs[1])}
+    assert all(r["reason"].startswith("invalid input:") and "streams" in r["reason"] for r in cells)
+
+
+@pytest.mark.parametrize("arm_b, says", [
+    ("endpoint={a}", "same server and model"),
+    ("endpoint={dead}", "cannot reach the server"),
+    ("endpoint={a},served=nope", "'nope' is not served here"),
+    ("endpoint={a},device=tpu", "unknown device"),
+])
+def test_ab_bad_endpoint_arm_is_one_line_before_any_session(two_stubs, tmp_path, arm_b, says):
+    out = tmp_path / "ab.jsonl"
+    args = _ab_stub_args(two_stubs, out)
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    args[args.index("--b") + 1] = arm_b.format(a=two_stubs[0] + ",device=none", dead=dead)
+    t0 = time.perf_counter()
+    rc, _, err = run_cli(args)
+    assert rc == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert time.perf_counter() - t0 < 5 and not out.exists()  # no session started, nothing written
+
+
+# ------------------------------------------------------------------------------------- predict on endpoint records
+def test_predict_on_real_endpoint_records(endpoint_records, tmp_path):
+    """The real server's records: as measured here (a CPU, no --gpu) predict leaves them out and says why; labelled
+    with a datasheet GPU (what `--gpu l4` writes) they calibrate the endpoint's own fit, checked by hand."""
+    import numpy as np
+
+    recs, _, _ = endpoint_records
+    cpu = tmp_path / "cpu.jsonl"
+    records.append(cpu, recs)
+    rc, _, err = run_cli(["predict", "--from", str(cpu), "--model", "tiny-qwen2", "--ctx", "64", "--gpu", "h200",
+                          "--mode", "endpoint"])
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"left out: {len(recs)} endpoint: no datasheet peak_gbps" in err and "--gpu KEY" in err
+
+    l4 = specs.lookup("l4")
+    labelled = tmp_path / "l4.jsonl"
+    records.append(labelled, [{**r, "gpu_key": "l4", "peak_gbps": l4.peak_gbps} for r in recs])
+    rc, out, err = run_cli(["predict", "--from", str(labelled), "--model", "tiny-qwen2", "--ctx", "64", "--gpu",
+                            "h200", "--mode", "endpoint", "--format", "json"])
+    assert rc == 0, err
+    got = json.loads(out)
+    # by hand: one cell per ctx (median of its sessions' medians), t = x / eta, least squares on relative error
+    cells = {}
+    for r in recs:
+        cells.setdefault(r["ctx"], []).append(r)
+    x = np.array([rs[0]["floor_bytes"] / (l4.peak_gbps * 1e9) * 1e3 for rs in cells.values()])
+    t = np.array([np.median([r["step_ms_median"] for r in rs]) for rs in cells.values()])
+    u = np.sum(x / t) / np.sum((x / t) ** 2)
+    p = got["predictions"][0]
+    assert p["mode"] == "endpoint" and p["eta"] == pytest.approx(1 / u, rel=1e-6) and p["overhead_ms"] == 0.0
+    b = floor.floor(zoo.ZOO["tiny-qwen2"], 64).bytes
+    assert p["floor_bytes"] == b and p["step_ms"] == pytest.approx(b / (p["eta"] * 4800e9) * 1e3, rel=1e-6)
+    assert "endpoint (its own fit)" in got["calibration"] and "server at http://127.0.0.1:" in got["calibration"]

@@ -281,3 +281,68 @@ def test_cli_predict_from_results_and_published(capsys):
     rc = cli.main(["predict", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "l4", "--mode", "compile"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "compile" in err[0]
+
+
+# ------------------------------------------------------------------------------------------------ endpoint records
+EP_ETA, EP_OVERHEAD_MS = 0.41, 2.3
+
+
+def endpoint_records(gpus=GPUS, bpw="Q4_K") -> list[dict]:
+    """Records as `floorline endpoint --gpu KEY --bpw Q4_K` writes them, from a server whose step is known."""
+    from floorline import gguf
+
+    bits, label = gguf.parse_bpw(bpw)
+    recs = []
+    for g in gpus:
+        gpu = specs.lookup(g)
+        for model in MODELS:
+            for ctx in (2048, 8192):
+                b = gguf.floor_at_bpw(zoo.ZOO[model], ctx, bits).bytes
+                recs.append({"schema_version": 1, "kind": "cell", "model": model, "ctx": ctx, "mode": "endpoint",
+                             "dtype": "bf16", "quant": label, "weight_bits_per_weight": bits, "valid": True,
+                             "gpu_key": g, "peak_gbps": gpu.peak_gbps, "floor_bytes": b, "floor_convention": "strict",
+                             "step_ms_median": b / (EP_ETA * gpu.peak_gbps * 1e9) * 1e3 + EP_OVERHEAD_MS,
+                             "endpoint_server": "llama.cpp", "endpoint_url": "http://127.0.0.1:8080/v1"})
+    return recs
+
+
+def test_endpoint_records_get_their_own_fit_and_leave_graph_alone():
+    from floorline import gguf
+
+    ep = endpoint_records()
+    cpu_ep = dict(ep[0], peak_gbps=None, gpu_key=None)  # measured on a CPU without --gpu: left out, and said so
+    cal = predict.calibrate(synthetic_records(noise=0) + ep + [cpu_ep])
+    assert cal.eta == pytest.approx(ETA, rel=1e-6) and cal.overhead_ms == pytest.approx(OVERHEAD_MS, rel=1e-6)
+    eta, c, fitted = cal.endpoint_fit
+    assert eta == pytest.approx(EP_ETA, rel=1e-6) and c == pytest.approx(EP_OVERHEAD_MS, rel=1e-6) and fitted
+    assert cal.endpoint_formats == (("q4_k", 4.5, None),)
+    p = predict.predict(cal, zoo.ZOO["qwen2.5-7b"], 4096, specs.lookup("h200"), "endpoint")
+    b = gguf.floor_at_bpw(zoo.ZOO["qwen2.5-7b"], 4096, 4.5).bytes
+    assert p["floor_bytes"] == b and p["launch_term_ms"] == 0.0
+    assert p["step_ms"] == pytest.approx(b / (EP_ETA * 4800e9) * 1e3 + EP_OVERHEAD_MS, rel=1e-6)
+    text = predict.format_calibration(cal)
+    assert "endpoint (its own fit): eta 0.410, fixed 2.30 ms; llama.cpp at http://127.0.0.1:8080/v1" in text
+    assert "left out: 1 record(s), endpoint: no datasheet peak_gbps" in text and "--gpu KEY" in text
+    assert len([r for r in cal.residuals if r["mode"] == "endpoint"]) == len(ep)
+    assert "q4_k, 4.5 bits per weight" in predict.format_prediction(p)
+
+
+def test_endpoint_records_alone_calibrate_the_endpoint_only():
+    cal = predict.calibrate(endpoint_records(gpus=("l4",)))
+    assert cal.eta is None and cal.endpoint_fit[2] is False  # one GPU: c not separable, 0
+    assert cal.endpoint_fit[1] == 0.0 and 0 < cal.endpoint_fit[0] < EP_ETA  # eta absorbs the fixed time
+    p = predict.predict(cal, zoo.ZOO["llama-3.1-8b"], 2048, specs.lookup("h100-sxm"), "endpoint")
+    assert p["step_ms"] == pytest.approx(p["floor_bytes"] / (cal.endpoint_fit[0] * 3350e9) * 1e3)
+    with pytest.raises(UserError, match="only endpoint records"):
+        predict.predict(cal, zoo.ZOO["llama-3.1-8b"], 2048, specs.lookup("h100-sxm"), "graph")
+    assert "eta None" not in predict.format_calibration(cal)
+
+
+def test_endpoint_records_of_two_formats_fit_per_byte_but_predict_asks_for_one():
+    cal = predict.calibrate(endpoint_records() + endpoint_records(bpw="Q8_0"))
+    assert cal.endpoint_fit[0] == pytest.approx(EP_ETA, rel=1e-6)  # the same server per byte, whatever the format
+    with pytest.raises(UserError, match=r"2 weight formats \(q4_k, q8_0\)"):
+        predict.predict(cal, zoo.ZOO["qwen2.5-7b"], 2048, specs.lookup("h200"), "endpoint")
+    with pytest.raises(UserError, match="no endpoint records"):
+        predict.predict(predict.calibrate(synthetic_records()), zoo.ZOO["qwen2.5-7b"], 2048, specs.lookup("h200"),
+                        "endpoint")

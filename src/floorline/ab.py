@@ -6,6 +6,12 @@ on even sessions and B-A on odd ones, so drift does not favour one arm. Per sess
 Sessions run through resume.py like every study: each session's records (both arms, or a failure record for an arm
 that gave none) are appended as it finishes; a rerun of the same experiment resumes, a torn last line is dropped, and
 a session counts only when one attempt at it gave both arms valid (every attempt carries its own ab_attempt id).
+
+An arm may be a running OpenAI-compatible server (endpoint.py): `endpoint=URL[,served=NAME][,bpw=B|weight_bits=N]`.
+Its part of a session is one `floorline endpoint` measurement (one streamed request of 1 + warmup + steps tokens, a
+fresh random prompt seeded by the session and the attempt) made in the session's fresh process, beside the other
+arm; its record (mode endpoint) pairs with the other arm's as any record does, so the summary is the same. The
+server is probed once before any session starts (reachable, the model served, its name), so a bad arm costs nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from floorline import quant, records, resume, stats, zoo
+from floorline import endpoint, quant, records, resume, stats, zoo
 from floorline.errors import UserError
 from floorline.measure import RunConfig, expand_modes, resolve_device, validate
 from floorline.models import ATTN_IMPLEMENTATIONS, TORCH_DTYPES
@@ -31,34 +37,94 @@ class Arm:
     dtype: str
     attn: str
     quant: str = "none"
+    # an endpoint arm (mode "endpoint"): the server's URL, the model name it serves, the weight format it holds (for
+    # the floor, as in `floorline endpoint`), its GPU's datasheet key. None on floorline's own modes.
+    endpoint: str | None = None
+    served: str | None = None
+    bpw: str | None = None
+    weight_bits: int | None = None
+    group_size: int | None = None
+    gpu: str | None = None
+    device: str | None = None  # where the server runs, for its copy bandwidth (default: --device; none: skip)
 
     @property
     def label(self) -> str:
+        if self.endpoint:
+            where = self.endpoint.split("://", 1)[-1]
+            return " ".join(["endpoint", *([self.served] if self.served else []), "at", where]
+                            + ([self.dtype] if self.dtype != "bf16" else [])
+                            + ([f"bpw={self.bpw}"] if self.bpw else [])
+                            + ([f"int{self.weight_bits}"] if self.weight_bits else []))
         return "/".join([self.mode] + ([self.dtype] if self.dtype != "bf16" else [])
                         + ([f"attn={self.attn}"] if self.attn != "sdpa" else [])
                         + ([self.quant] if self.quant != "none" else []))
 
+    def fields(self) -> dict:
+        """What identifies the arm: its four run fields, and the endpoint fields only when set (so the key of an
+        A/B of floorline's modes is what it was before endpoint arms existed: its file still resumes)."""
+        return {k: v for k, v in asdict(self).items() if k in ("mode", "dtype", "attn", "quant") or v is not None}
 
-def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa", quant_: str = "none") -> Arm:
-    """'graph', or 'mode=graph,dtype=fp16,attn=eager,quant=nf4' (a bare word is the mode)."""
-    fields = {"mode": None, "dtype": dtype, "attn": attn, "quant": quant_}
+
+RUN_KEYS = ("mode", "dtype", "attn", "quant")
+ENDPOINT_KEYS = ("endpoint", "served", "dtype", "bpw", "weight_bits", "group_size", "gpu", "device")
+
+
+def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa", quant_: str = "none",
+              served: str | None = None) -> Arm:
+    """'graph', 'mode=graph,dtype=fp16,attn=eager,quant=nf4' (a bare word is the mode), or an endpoint:
+    'endpoint=http://127.0.0.1:8000/v1,served=NAME,bpw=Q4_K' (served defaults to `served`, dtype to bf16: the
+    server's dense dtype, not this host's)."""
+    given: dict[str, str] = {}
     for part in [p.strip() for p in spec.split(",") if p.strip()]:
         k, _, v = part.partition("=") if "=" in part else ("mode", "", part)
-        if k not in fields:
-            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype=, attn= or quant=")
-        fields[k] = v
+        if k not in RUN_KEYS + ENDPOINT_KEYS:
+            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype=, attn= or quant=, or endpoint=URL "
+                            f"with served=, bpw=, weight_bits=, group_size=, gpu=, device=")
+        given[k] = v
+    if "endpoint" in given or given.get("mode") == "endpoint":
+        return _endpoint_arm(spec, given, served)
+    extra = [k for k in given if k not in RUN_KEYS]
+    if extra:
+        raise UserError(f"arm {spec!r}: {extra[0]}= belongs to an endpoint arm; add endpoint=URL or drop it")
+    fields = {"mode": None, "dtype": dtype, "attn": attn, "quant": quant_, **given}
     try:
         fields["quant"] = quant.canonical(fields["quant"])
     except UserError as e:
         raise UserError(f"arm {spec!r}: {e}") from None
     arm = Arm(**fields)
     if arm.mode not in MODES:
-        raise UserError(f"arm {spec!r}: give a mode, one of {', '.join(MODES)}")
+        raise UserError(f"arm {spec!r}: give a mode, one of {', '.join(MODES)}, or endpoint=URL")
     if arm.dtype not in TORCH_DTYPES:
         raise UserError(f"arm {spec!r}: unknown dtype {arm.dtype!r}; use one of {', '.join(TORCH_DTYPES)}")
     if arm.attn not in ATTN_IMPLEMENTATIONS:
         raise UserError(f"arm {spec!r}: unknown attention {arm.attn!r}; use one of {', '.join(ATTN_IMPLEMENTATIONS)}")
     return arm
+
+
+def _endpoint_arm(spec: str, given: dict[str, str], served: str | None) -> Arm:
+    if not given.get("endpoint"):
+        raise UserError(f"arm {spec!r}: an endpoint arm needs the server's URL: endpoint=http://HOST:PORT/v1")
+    wrong = [k for k in given if k not in ENDPOINT_KEYS + ("mode",)]
+    if wrong:
+        raise UserError(f"arm {spec!r}: {wrong[0]}= is for floorline's own modes; an endpoint arm takes served=, "
+                        f"dtype=, bpw=, weight_bits=, group_size=, gpu=, device=")
+    try:
+        endpoint.check_url(given["endpoint"])
+    except UserError as e:
+        raise UserError(f"arm {spec!r}: {str(e).replace('--url', 'endpoint=')}") from None
+    ints = {}
+    for k in ("weight_bits", "group_size"):
+        if k in given:
+            try:
+                ints[k] = int(given[k])
+            except ValueError:
+                raise UserError(f"arm {spec!r}: {k}= takes a whole number, got {given[k]!r}") from None
+    dtype = given.get("dtype", "bf16")
+    if dtype not in TORCH_DTYPES:
+        raise UserError(f"arm {spec!r}: unknown dtype {dtype!r}; use one of {', '.join(TORCH_DTYPES)}")
+    return Arm("endpoint", dtype, "sdpa", "none", endpoint=endpoint.clean_url(given["endpoint"]),
+               served=given.get("served") or served, bpw=given.get("bpw"), gpu=given.get("gpu"),
+               device=given.get("device"), **ints)
 
 
 @dataclass
@@ -72,28 +138,43 @@ class ABConfig:
 
     def key(self) -> str:
         """Identifies the experiment in an output file: the same key resumes, another starts afresh."""
-        d = {"base": asdict(self.base), "a": asdict(self.a), "b": asdict(self.b)}
+        d = {"base": asdict(self.base), "a": self.a.fields(), "b": self.b.fields()}
         for k in ("modes", "dtype", "attn", "quant"):
             d["base"].pop(k)
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def session_configs(cfg: ABConfig, first: Arm, second: Arm) -> list[RunConfig]:
-    """One RunConfig (one model build) when the arms differ only by mode; otherwise one per arm."""
-    base = replace(cfg.base, energy=False)  # the energy window would only lengthen each session
-    if (first.dtype, first.attn, first.quant) == (second.dtype, second.attn, second.quant):
-        return [replace(base, modes=[first.mode, second.mode], dtype=first.dtype, attn=first.attn, quant=first.quant)]
-    return [replace(base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
-            for arm in (first, second)]
+def session_configs(cfg: ABConfig, first: Arm, second: Arm, session: int = 0, attempt: str | None = None) -> list:
+    """The session's measurements in order: one RunConfig (one model build) when two floorline arms differ only by
+    mode; otherwise one per arm (an EndpointConfig for an endpoint arm)."""
+    ab = replace(cfg, base=replace(cfg.base, energy=False))  # the energy window would only lengthen each session
+    if not first.endpoint and not second.endpoint and (first.dtype, first.attn, first.quant) == (
+            second.dtype, second.attn, second.quant):
+        return [replace(ab.base, modes=[first.mode, second.mode], dtype=first.dtype, attn=first.attn,
+                        quant=first.quant)]
+    return [arm_config(ab, arm, session, attempt) for arm in (first, second)]
 
 
-def arm_config(cfg: ABConfig, arm: Arm) -> RunConfig:
+def arm_config(cfg: ABConfig, arm: Arm, session: int = 0, attempt: str | None = None):
+    """The RunConfig of a floorline arm; the EndpointConfig of an endpoint arm (one session: `session`, its prompt
+    salted with the attempt id, so a retried session never reuses a prompt the server may hold in its cache)."""
+    if arm.endpoint:
+        b = cfg.base
+        return endpoint.EndpointConfig(
+            url=arm.endpoint, model=b.model, ctxs=list(b.ctxs), served_model=arm.served, warmup=b.warmup,
+            steps=b.steps, sessions=1, seed=b.seed, dtype=arm.dtype, weight_bits=arm.weight_bits,
+            group_size=arm.group_size or 128, bpw=arm.bpw, gpu=arm.gpu, device=arm.device or b.device,
+            first_session=session, prompt_salt=int(attempt, 16) if attempt else None)
     return replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
 
 
 def _arm_of(rec: dict, cfg: ABConfig) -> str | None:
     for name, arm in (("A", cfg.a), ("B", cfg.b)):
-        if (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation"), rec.get("quant") or "none") == (
+        if arm.endpoint:
+            if (rec.get("mode"), rec.get("endpoint_url"), rec.get("endpoint_served_model")) == (
+                    "endpoint", arm.endpoint, arm.served):
+                return name
+        elif (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation"), rec.get("quant") or "none") == (
                 arm.mode, arm.dtype, arm.attn, arm.quant):
             return name
     return None
@@ -117,12 +198,17 @@ def session_job(cfg: ABConfig, key: str, s: int) -> resume.Job:
     """Session s: A-B on even sessions, B-A on odd ones; one fresh attempt, its own id on every record."""
     order = (cfg.a, cfg.b) if s % 2 == 0 else (cfg.b, cfg.a)
     order_tag = "A-B" if s % 2 == 0 else "B-A"
-    a = zoo.resolve(cfg.base.model)
+    a = zoo.resolve(cfg.base.model, need="config" if cfg.a.endpoint and cfg.b.endpoint else "weights")
     ctx = cfg.base.ctxs[0]
-    cells = [resume.Cell(a, cfg.base.model, ctx, arm.mode, replace(arm_config(cfg, arm), ctxs=[ctx]))
+    attempt = uuid.uuid4().hex[:12]
+    configs = session_configs(cfg, *order, session=s, attempt=attempt)
+    cells = [resume.Cell(a, cfg.base.model, ctx, arm.mode,
+                         replace(cfg.base, modes=[arm.mode], ctxs=[ctx], dtype=arm.dtype, attn=arm.attn,
+                                 quant=arm.quant),
+                         endpoint=arm_config(cfg, arm, s, attempt) if arm.endpoint else None)
              for arm in order]
-    tags = {"ab_key": key, "ab_session": s, "ab_order": order_tag, "ab_attempt": uuid.uuid4().hex[:12]}
-    return resume.Job(f"session {s + 1}/{cfg.sessions} ({order_tag})", cells, session_configs(cfg, *order), tags,
+    tags = {"ab_key": key, "ab_session": s, "ab_order": order_tag, "ab_attempt": attempt}
+    return resume.Job(f"session {s + 1}/{cfg.sessions} ({order_tag})", cells, configs, tags,
                       annotate=functools.partial(_tag_arm, cfg))
 
 
@@ -135,12 +221,21 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         raise UserError(f"--resamples must be >= 100 for a percentile interval, got {cfg.resamples}")
     if len(cfg.base.ctxs) != 1:
         raise UserError("ab takes one --ctx; run one A/B per context")
+    arms = []
     for arm in (cfg.a, cfg.b):  # fail before any session starts: a bad arm would fail all of them
         arm_cfg = arm_config(cfg, arm)
-        a = zoo.resolve(arm_cfg.model)
-        device = resolve_device(arm_cfg.device)
-        validate(arm_cfg, a, device.type)
-        expand_modes(arm_cfg.modes, device)
+        if arm.endpoint:  # the inputs, then the server: reachable, the model served (its name fills served=)
+            log(f"probing {arm.endpoint}")
+            arm = replace(arm, served=endpoint.served_name(arm_cfg))
+        else:
+            a = zoo.resolve(arm_cfg.model)
+            device = resolve_device(arm_cfg.device)
+            validate(arm_cfg, a, device.type)
+            expand_modes(arm_cfg.modes, device)
+        arms.append(arm)
+    cfg = replace(cfg, a=arms[0], b=arms[1])
+    if cfg.a.endpoint and (cfg.a.endpoint, cfg.a.served) == (cfg.b.endpoint, cfg.b.served):
+        raise UserError(f"--a and --b are the same server and model ({cfg.a.label}); give two different arms")
     key = cfg.key()
     done = completed_sessions(resume.load(output, log), key)
     if done:
@@ -178,7 +273,7 @@ def summarize(cfg: ABConfig, key: str, done: dict[int, dict[str, dict]], failure
     return {
         "schema_version": records.SCHEMA_VERSION, "kind": "ab_summary", "run_id": uuid.uuid4().hex, "ab_key": key,
         "model": r0["model"], "ctx": r0["ctx"], "device_name": r0["device_name"], "device": r0["device"],
-        "arm_a": cfg.a.label, "arm_b": cfg.b.label, "arm_a_config": asdict(cfg.a), "arm_b_config": asdict(cfg.b),
+        "arm_a": cfg.a.label, "arm_b": cfg.b.label, "arm_a_config": cfg.a.fields(), "arm_b_config": cfg.b.fields(),
         "steps": cfg.base.steps, "warmup": cfg.base.warmup, "seed": cfg.base.seed,
         "n_sessions": len(sessions), "sessions_asked": cfg.sessions, "failed_sessions": failures,
         "sessions": sessions, "orders": [done[s]["A"]["ab_order"] for s in sessions],

@@ -91,13 +91,13 @@ def cmd_floor(args) -> int:
 
 
 # ------------------------------------------------------------------------------------------------------------- run
-def _run_config(args, modes: list[str]):
+def _run_config(args, modes: list[str], need: str = "weights"):
     from floorline import quant, zoo
     from floorline.measure import RunConfig, resolve_device, with_defaults
 
     device = resolve_device(args.device)
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
-    model = _hub_dir(model, args.download)
+    model = _hub_dir(model, args.download, need)
     ctxs = args.ctx or [zoo.DEFAULT_GPU_CTX if device.type == "cuda" else zoo.DEFAULT_CPU_CTX]
     cfg = RunConfig(model=model, ctxs=ctxs, modes=modes, dtype=args.dtype, device=args.device, warmup=args.warmup,
                     steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
@@ -105,12 +105,12 @@ def _run_config(args, modes: list[str]):
     return with_defaults(cfg, device.type)
 
 
-def _hub_dir(model: str, download: bool) -> str:
+def _hub_dir(model: str, download: bool, need: str = "weights") -> str:
     """A Hub id becomes its cached snapshot directory (weights fetched only when allowed): worker processes get a
     local directory and never touch the network."""
     from floorline import hub
 
-    return str(hub.snapshot(model, "weights", download)) if hub.is_hub_id(model) else model
+    return str(hub.snapshot(model, need, download)) if hub.is_hub_id(model) else model
 
 
 def cmd_run(args) -> int:
@@ -139,10 +139,13 @@ def cmd_run(args) -> int:
 def cmd_ab(args) -> int:
     from floorline import ab, display
 
-    base = _run_config(args, [])
-    cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, base.dtype, args.attn, args.quant),
-                      b=ab.parse_arm(args.b, base.dtype, args.attn, args.quant), sessions=args.sessions,
-                      resamples=args.resamples, timeout_s=args.timeout)
+    arm_a, arm_b = (ab.parse_arm(x, served=args.served_model) for x in (args.a, args.b))
+    if args.served_model and not (arm_a.endpoint or arm_b.endpoint):
+        raise UserError("--served-model names the model of an endpoint arm; give one (--a endpoint=URL) or drop it")
+    base = _run_config(args, [], need="config" if arm_a.endpoint and arm_b.endpoint else "weights")
+    cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, base.dtype, args.attn, args.quant, args.served_model),
+                      b=ab.parse_arm(args.b, base.dtype, args.attn, args.quant, args.served_model),
+                      sessions=args.sessions, resamples=args.resamples, timeout_s=args.timeout)
     with err.status("floorline ab") as status:
         s = ab.run_ab(cfg, args.output, log=lambda m: status.update(m))
     out.print(display.table(display.AB_SESSION_HEADER, display.ab_session_rows(s),
@@ -430,8 +433,12 @@ def build_parser() -> Parser:
     r.set_defaults(fn=cmd_run)
 
     b = sub.add_parser("ab", parents=[common, cell], help="A/B of two configurations over fresh sessions")
-    b.add_argument("--a", required=True, help="arm A: a mode, or mode=M,dtype=D,attn=sdpa|eager,quant=Q (e.g. eager)")
+    b.add_argument("--a", required=True, help="arm A: a mode, or mode=M,dtype=D,attn=sdpa|eager,quant=Q (e.g. eager), "
+                                               "or a running server: endpoint=URL[,served=NAME,bpw=B|weight_bits=N,"
+                                               "gpu=KEY]")
     b.add_argument("--b", required=True, help="arm B, same form (e.g. graph)")
+    b.add_argument("--served-model", default=None, help="the model name of endpoint arms that give no served= "
+                                                        "(default: the first one GET /v1/models lists)")
     b.add_argument("--sessions", type=int, default=10, help="fresh processes, each running both arms (default 10)")
     b.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     b.add_argument("--timeout", type=float, default=1800, help="seconds per session before it is killed")

@@ -62,6 +62,11 @@ class EndpointConfig:
     api_key_env: str | None = None
     timeout_s: float = 600.0
     download: bool = False
+    first_session: int = 0  # the index of the first session (ab: its session number)
+    prompt_salt: int | None = None  # more seed for the prompts (ab: its attempt), so a retried session's is fresh
+
+    def prompt_seed(self, ctx: int, session: int) -> list[int]:
+        return [self.seed, ctx, session] + ([] if self.prompt_salt is None else [self.prompt_salt])
 
     @property
     def max_tokens(self) -> int:
@@ -537,9 +542,8 @@ def session_record(base: dict, a: zoo.Arch, ctx: int, cfg: EndpointConfig, promp
     return rec
 
 
-def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s: None) -> Iterator[dict]:
-    """One record per ctx x session, yielded as each finishes. Every input is checked, and the server probed,
-    before the first request is timed."""
+def check_inputs(cfg: EndpointConfig) -> zoo.Arch:
+    """Every input that needs no server, checked; the architecture the floor is counted from."""
     check_url(cfg.url)
     if not cfg.ctxs or min(cfg.ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {cfg.ctxs}")
@@ -553,22 +557,49 @@ def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s:
         weight_floors(a, ctx, cfg)  # a bad --bpw / --weight-bits fails here, before any request
     if cfg.gpu:
         specs.lookup(cfg.gpu)
+    if cfg.device != "none":
+        local_device(cfg.device, True)  # a bad --device fails here
+    return a
+
+
+def open_server(cfg: EndpointConfig, a: zoo.Arch) -> tuple[Server, dict, str | None]:
+    """(the probed server, the served model's entry, the API key's variable): reachable, the model served, its
+    vocabulary and context length matching where the server shows them. Closed again on any failure."""
     key, key_env = api_key(cfg.api_key_env)
     srv = Server(cfg.url, key, cfg.timeout_s)
     try:
-        log(f"probing {clean_url(cfg.url)}")
         srv.probe()
         m = srv.served(cfg.served_model)
-        served = str(m.get("id"))
         meta = m.get("meta") if isinstance(m.get("meta"), dict) else {}
         n_vocab = meta.get("n_vocab")
         if isinstance(n_vocab, int) and n_vocab != a.vocab:
-            raise UserError(f"the server's model {served!r} has a vocabulary of {n_vocab}, --model {a.name} one of "
-                            f"{a.vocab}; give --model the architecture the server serves")
+            raise UserError(f"the server's model {m.get('id')!r} has a vocabulary of {n_vocab}, --model {a.name} one "
+                            f"of {a.vocab}; give --model the architecture the server serves")
         max_len = m.get("max_model_len") or meta.get("n_ctx_train")
         if isinstance(max_len, int) and max(cfg.ctxs) + cfg.max_tokens > max_len:
             raise UserError(f"--ctx {max(cfg.ctxs)} + {cfg.max_tokens} new tokens passes the server's context "
                             f"length {max_len}")
+    except BaseException:
+        srv.close()
+        raise
+    return srv, m, key_env
+
+
+def served_name(cfg: EndpointConfig) -> str:
+    """Check cfg against its server without measuring; the name the server serves the model under."""
+    srv, m, _ = open_server(cfg, check_inputs(cfg))
+    srv.close()
+    return str(m.get("id"))
+
+
+def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s: None) -> Iterator[dict]:
+    """One record per ctx x session, yielded as each finishes. Every input is checked, and the server probed,
+    before the first request is timed."""
+    a = check_inputs(cfg)
+    log(f"probing {clean_url(cfg.url)}")
+    srv, m, key_env = open_server(cfg, a)
+    try:
+        served = str(m.get("id"))
         dev = local_device(cfg.device, is_loopback(cfg.url))
         if dev is not None:
             log(f"measuring copy bandwidth on {dev} (the server's device on this host)")
@@ -578,11 +609,13 @@ def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s:
                 "endpoint_served_model": served, "endpoint_api_key_env": key_env, **srv.info,
                 **device_info(cfg.gpu, dev), **system.environment()}
         for ctx in cfg.ctxs:
-            for session in range(cfg.sessions):
-                rng = np.random.default_rng([cfg.seed, ctx, session])
-                log(f"ctx {ctx} session {session + 1}/{cfg.sessions}: prompt")
+            for session in range(cfg.first_session, cfg.first_session + cfg.sessions):
+                seed = cfg.prompt_seed(ctx, session)
+                rng = np.random.default_rng(seed)
+                n = f"{session + 1}/{cfg.first_session + cfg.sessions}"
+                log(f"ctx {ctx} session {n}: prompt")
                 prompt = make_prompt(srv, served, ctx, rng, a.vocab)
-                log(f"ctx {ctx} session {session + 1}/{cfg.sessions}: {cfg.max_tokens} tokens, streamed")
+                log(f"ctx {ctx} session {n}: {cfg.max_tokens} tokens, streamed")
                 try:
                     s = stream_once(srv, served, prompt, cfg, cfg.seed + session)
                 except UserError:
@@ -597,8 +630,8 @@ def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s:
                     ct = s.content_type or "none"
                     raise UserError(f"{clean_url(cfg.url)}: the completion came back with no streamed tokens "
                                     f"(content-type {ct}); floorline endpoint needs a server that streams (SSE)")
-                yield session_record({**base, "endpoint_dropped_fields": list(srv.dropped)}, a, ctx, cfg, prompt,
-                                     s, session)
+                yield session_record({**base, "endpoint_dropped_fields": list(srv.dropped),
+                                      "endpoint_prompt_seed": seed}, a, ctx, cfg, prompt, s, session)
     finally:
         srv.close()
 

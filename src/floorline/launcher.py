@@ -1,6 +1,7 @@
 """Run RunConfigs in a fresh process (a new CUDA context: the study's "fresh session") and collect its records.
 
-The child is `python -m floorline.worker`, in its own process group so a timeout kills it and any compile workers
+The configs are floorline's own (RunConfig) or a running server's (EndpointConfig, an A/B arm). The child is
+`python -m floorline.worker`, in its own process group so a timeout kills it and any compile workers
 it started. The parent reads back whatever records the child finished, even when it crashed or timed out.
 """
 
@@ -17,12 +18,13 @@ from pathlib import Path
 from typing import Callable
 
 from floorline import records
+from floorline.endpoint import EndpointConfig
 from floorline.measure import RunConfig
 
 STDERR_TAIL_LINES = 8
 
 
-def run_fresh(configs: list[RunConfig], tags: dict | None = None, timeout_s: float | None = None,
+def run_fresh(configs: list[RunConfig | EndpointConfig], tags: dict | None = None, timeout_s: float | None = None,
               env: dict | None = None, on_start: Callable[[subprocess.Popen], None] | None = None,
               ) -> tuple[list[dict], str | None]:
     """(records the child finished, None) or (those records, why it failed: one line + the child's last stderr).
@@ -30,7 +32,8 @@ def run_fresh(configs: list[RunConfig], tags: dict | None = None, timeout_s: flo
     env: extra environment variables for the child (CUDA_VISIBLE_DEVICES for one GPU of several);
     on_start: told the child's Popen, so a caller running several can kill them all on Ctrl-C.
     """
-    spec = json.dumps({"configs": [asdict(c) for c in configs], "tags": tags or {}})
+    spec = json.dumps({"configs": [{"endpoint": asdict(c)} if isinstance(c, EndpointConfig) else asdict(c)
+                                   for c in configs], "tags": tags or {}})
     with tempfile.TemporaryDirectory(prefix="floorline-") as d:
         out = Path(d) / "records.jsonl"
         proc = subprocess.Popen([sys.executable, "-m", "floorline.worker", spec, str(out)], stdout=subprocess.DEVNULL,

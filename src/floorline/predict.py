@@ -21,6 +21,15 @@ The model (per decode step, batch 1)
   Napkin math, qwen2.5-7b ctx 2048 on the H200 (strict floor 14.26 GB, 4800 GB/s: 2.97 ms at peak): graph 8.34 ms
      -> eta = 2.97 / 8.34 = 0.356; eager 93.94 ms -> l = (93.94 - 8.34) ms / 1312 kernels = 65 us per kernel.
 
+A running server's records (mode endpoint, from `floorline endpoint` or an `ab` endpoint arm) get their own fit, as
+compile does: t = B / (eta_endpoint * P) + c_endpoint, with B the record's floor in the weight format the server was
+said to hold (--bpw / --weight-bits), so records of several formats fit together per byte. No launch term: the
+server's host loop, HTTP and SSE per token are inside eta_endpoint and c_endpoint (c only from two or more peak
+bandwidths, as for graph). A prediction for mode endpoint counts the target's bytes in the format of those records
+(one format: with several, the prediction asks for records of one). Records that cannot enter any fit (invalid, no
+datasheet peak — a CPU, or a server measured without --gpu —, a quantised floorline mode, a mode without a model
+here) are counted by reason and printed with the calibration, so a file whose endpoint records were left out says why.
+
 Kernels per step: K ~= a_mode * layers + b_mode. Measured on the H200 (results/h200/explain_qwen2.5-7b_ctx2048.jsonl,
 28 layers): eager 1312, static and graph 1543 (graph replays the captured static step). One model cannot split a from
 b, so b (the kernels outside the layers: embedding, rotary tables, final norm, lm_head, argmax, masks) takes the share
@@ -45,12 +54,14 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from floorline import floor, modes, published, records, specs, zoo
+from floorline import floor, gguf, modes, published, records, specs, zoo
 from floorline.errors import UserError
 
 REPLAY_MODES = ("graph", "compile")  # no per-kernel host launch cost
 HOST_MODES = ("eager", "static")
 MODES = tuple(m for m in modes.MODES if m in HOST_MODES + REPLAY_MODES)  # native has no model here (yet)
+ENDPOINT = "endpoint"  # a running server (endpoint.py): its own fit, bytes in the format it was said to hold
+PREDICTABLE = MODES + (ENDPOINT,)
 CAVEAT = ("eta and the launch cost are properties of the software stack and the host CPU, not only of the GPU; "
           "this prediction assumes they transfer to {gpu}.")
 
@@ -85,7 +96,8 @@ DEFAULT_KERNELS = KernelModel(
 
 @dataclass(frozen=True)
 class Calibration:
-    eta: float  # fraction of the peak bandwidth the graph step's kernels reach (also the device part of eager/static)
+    eta: float | None  # fraction of the peak bandwidth the graph step's kernels reach (also the device part of
+    # eager/static); None when the records were a server's only (endpoint_fit)
     overhead_ms: float  # c: per-step time that does not shrink with bandwidth (0 when the fit spans one GPU)
     launch_us_per_kernel: dict[str, float]  # host cost per kernel for the calibrated host-launched modes
     kernels: KernelModel
@@ -96,11 +108,17 @@ class Calibration:
     gpus: tuple[str, ...] = ()  # GPUs the cells came from
     compile_fit: tuple[float, float] | None = None  # (eta, overhead_ms) of compile records, when any
     overhead_fitted: bool = False  # c was fitted (two or more peak bandwidths), not fixed at 0
+    endpoint_fit: tuple[float, float, bool] | None = None  # (eta, overhead_ms, c fitted) of endpoint records
+    endpoint_formats: tuple[tuple, ...] = ()  # (quant label, bits per weight, group size) of those records
+    endpoint_servers: tuple[str, ...] = ()  # "NAME VERSION at URL" of those records
+    skipped: tuple[tuple[str, int], ...] = ()  # (why, how many) records of kind cell that entered no fit
 
     def replay_params(self, mode: str) -> tuple[float, float] | None:
         if mode == "compile":
             return self.compile_fit
-        return self.eta, self.overhead_ms
+        if mode == ENDPOINT:
+            return self.endpoint_fit[:2] if self.endpoint_fit else None
+        return None if self.eta is None else (self.eta, self.overhead_ms)
 
 
 # ------------------------------------------------------------------------------------------------------ calibration
@@ -126,10 +144,40 @@ def _cell_bytes(r: dict, convention: str) -> int | None:
     return None
 
 
+def _why_unusable(r: dict) -> str | None:
+    """None for a cell record that can enter a fit; else why not, in words a user can act on."""
+    if r.get("valid", True) is not True:
+        return "invalid"
+    if r.get("mode") not in PREDICTABLE:
+        return f"mode {r.get('mode')}: no model of it here"
+    if r.get("mode") in MODES and r.get("quant", "none") not in ("none", None):
+        return "a quantised floorline mode (the model is of bf16 steps)"
+    if not r.get("peak_gbps"):
+        return ("no datasheet peak_gbps (a CPU, or a server measured without --gpu: `floorline endpoint --gpu KEY` "
+                "labels it)" if r.get("mode") == ENDPOINT else "no datasheet peak_gbps (measured on a CPU or an "
+                "unknown GPU)")
+    if not (isinstance(r.get("step_ms_median"), (int, float)) and r["step_ms_median"] > 0):
+        return "no step time"
+    return None
+
+
 def _usable_cell(r: dict) -> bool:
-    return (r.get("kind", "cell") == "cell" and r.get("valid", True) is True and bool(r.get("peak_gbps"))
-            and r.get("mode") in MODES and r.get("quant", "none") in ("none", None)
-            and isinstance(r.get("step_ms_median"), (int, float)) and r["step_ms_median"] > 0)
+    return r.get("kind", "cell") == "cell" and _why_unusable(r) is None
+
+
+def _endpoint_format(r: dict) -> tuple:
+    return r.get("quant") or "none", r.get("weight_bits_per_weight"), r.get("weight_group_size")
+
+
+def _endpoint_floor(arch: zoo.Arch, ctx: int, fmt: tuple, dtype: str, convention: str) -> floor.Floor:
+    """The floor in an endpoint record's weight format: dense, intN with groups (--weight-bits), or bits per weight
+    (--bpw), as endpoint.weight_floors counts it."""
+    quant, bits, group = fmt
+    if quant == "none":
+        return floor.floor(arch, ctx, floor.weight_format(dtype), convention)
+    if group:
+        return floor.floor(arch, ctx, floor.weight_format(dtype, int(bits), int(group)), convention)
+    return gguf.floor_at_bpw(arch, ctx, float(bits), dtype, convention)
 
 
 def _kernel_model(explain: list[dict]) -> KernelModel:
@@ -173,13 +221,14 @@ def _fit_bandwidth(x_ms: np.ndarray, t_ms: np.ndarray, fit_overhead: bool) -> tu
 
 def _fit(rows: list[dict], explain: list[dict], convention: str, source: str) -> Calibration:
     kmodel = _kernel_model(explain)
-    # one cell per GPU x model x ctx x dtype x mode: the median of its records' medians
+    # one cell per GPU x model x ctx x dtype x mode (x weight format, for a server): the median of its records' medians
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         gpu = r.get("gpu_key") or r.get("device_name") or f"{r['peak_gbps']} GB/s"
-        groups[(gpu, r["model"], int(r["ctx"]), r.get("dtype") or "bf16", r["mode"])].append(r)
+        fmt = _endpoint_format(r) if r["mode"] == ENDPOINT else None  # a server's formats: a cell each (own bytes)
+        groups[(gpu, r["model"], int(r["ctx"]), r.get("dtype") or "bf16", r["mode"], fmt)].append(r)
     cells = []
-    for (gpu, model, ctx, dtype, mode), rs in groups.items():
+    for (gpu, model, ctx, dtype, mode, _), rs in groups.items():
         b = _cell_bytes(rs[0], convention)
         if b is None:
             continue
@@ -188,7 +237,8 @@ def _fit(rows: list[dict], explain: list[dict], convention: str, source: str) ->
                       "layers": _layers(model, rs[0].get("model_path")),
                       "measured_ms": float(np.median([r["step_ms_median"] for r in rs]))})
     graph = [c for c in cells if c["mode"] == "graph"]
-    if not graph:
+    served = [c for c in cells if c["mode"] == ENDPOINT]
+    if not graph and not served:
         raise UserError("no usable graph records to calibrate on (need valid cell records with mode graph and a "
                         "datasheet peak_gbps); measure some with `floorline run --mode eager,graph` on a known GPU")
 
@@ -200,7 +250,8 @@ def _fit(rows: list[dict], explain: list[dict], convention: str, source: str) ->
         return (*_fit_bandwidth(np.array([x_ms(c) for c in cs]), np.array([c["measured_ms"] for c in cs]), fit_c),
                 fit_c)
 
-    eta, c0, fitted = fit_replay(graph)
+    eta, c0, fitted = fit_replay(graph) if graph else (None, 0.0, False)
+    endpoint_fit = fit_replay(served) if served else None
     comp = [c for c in cells if c["mode"] == "compile"]
     compile_fit = fit_replay(comp)[:2] if comp else None
 
@@ -220,9 +271,9 @@ def _fit(rows: list[dict], explain: list[dict], convention: str, source: str) ->
 
     cal = Calibration(eta=eta, overhead_ms=c0, launch_us_per_kernel=launch, kernels=kmodel, source=source,
                       convention=convention, n_records=0, gpus=tuple(sorted({c["gpu"] for c in cells})),
-                      compile_fit=compile_fit, overhead_fitted=fitted)
+                      compile_fit=compile_fit, overhead_fitted=fitted, endpoint_fit=endpoint_fit)
     residuals, used = [], 0
-    for c in sorted(cells, key=lambda c: (c["gpu"], c["model"], c["ctx"], MODES.index(c["mode"]))):
+    for c in sorted(cells, key=lambda c: (c["gpu"], c["model"], c["ctx"], PREDICTABLE.index(c["mode"]))):
         fitted_ms = _step_ms(cal, c["mode"], c["bytes"], c["peak_gbps"], c["layers"])
         if fitted_ms is None:
             continue  # e.g. static records without a graph pair: not part of any fit
@@ -241,10 +292,25 @@ def calibrate(records_: list[dict], convention: str = "strict", source: str | No
     rows = [r for r in records_ if isinstance(r, dict) and _usable_cell(r)]
     explain = [r for r in records_ if isinstance(r, dict) and r.get("kind") == "explain"
                and str(r.get("device", "cuda")).startswith("cuda")]
+    skipped: dict[str, int] = defaultdict(int)
+    for r in records_:
+        if isinstance(r, dict) and r.get("kind", "cell") == "cell" and _why_unusable(r):
+            skipped[f"{r.get('mode')}: {_why_unusable(r)}"] += 1
+    said = "; ".join(f"{n} {why}" for why, n in sorted(skipped.items()))
     if not rows:
-        raise UserError("no usable records to calibrate on (need valid `floorline run` cells with a datasheet "
-                        "peak_gbps, i.e. measured on a GPU in `floorline specs`); pass --from results of such a run")
-    return _fit(rows, explain, convention, source or "measured records")
+        raise UserError("no usable records to calibrate on (need valid `floorline run` or `floorline endpoint` cells "
+                        "with a datasheet peak_gbps, i.e. measured on a GPU in `floorline specs` or with --gpu)"
+                        + (f"; left out: {said}" if said else "") + "; pass --from results of such a run")
+    served = [r for r in rows if r["mode"] == ENDPOINT]
+    cal = _fit(rows, explain, convention, source or "measured records")
+    return replace(cal, skipped=tuple(sorted(skipped.items())),
+                   endpoint_formats=tuple(sorted({_endpoint_format(r) for r in served}, key=str)),
+                   endpoint_servers=tuple(sorted({_server_name(r) for r in served})))
+
+
+def _server_name(r: dict) -> str:
+    name = " ".join(str(x) for x in (r.get("endpoint_server") or "server", r.get("endpoint_server_version")) if x)
+    return f"{name} at {r.get('endpoint_url')}"
 
 
 def calibrate_from(paths: list[str]) -> Calibration:
@@ -280,7 +346,7 @@ def calibrate_published() -> Calibration:
 
 # ------------------------------------------------------------------------------------------------------- prediction
 def _step_ms(cal: Calibration, mode: str, nbytes: int, peak_gbps: float, layers: int | None) -> float | None:
-    rp = cal.replay_params("graph" if mode in HOST_MODES else mode)
+    rp = cal.replay_params("graph" if mode in HOST_MODES else mode)  # endpoint: its own (eta, c), no launch term
     if rp is None:
         return None
     eta, c = rp
@@ -295,10 +361,15 @@ def _step_ms(cal: Calibration, mode: str, nbytes: int, peak_gbps: float, layers:
 
 def predict(cal: Calibration, arch: zoo.Arch, ctx: int, gpu: specs.GpuSpec, mode: str, dtype: str = "bf16") -> dict:
     """Predicted ms/step and fraction of the floor at peak, with every input the number was made from."""
-    if mode not in MODES:
-        raise UserError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    if mode not in PREDICTABLE:
+        raise UserError(f"unknown mode {mode!r}; use one of {', '.join(PREDICTABLE)}")
     if ctx <= 0 or ctx > arch.max_pos:
         raise UserError(f"--ctx must be in 1..{arch.max_pos} for {arch.name}, got {ctx}")
+    if mode == ENDPOINT:
+        return _predict_endpoint(cal, arch, ctx, gpu, dtype)
+    if cal.eta is None:
+        raise UserError(f"the calibration has only endpoint records, no graph ones; predict --mode endpoint, or pass "
+                        f"--from results with mode graph for {mode}")
     if mode == "compile" and cal.compile_fit is None:
         raise UserError("the calibration has no compile records; pass --from results that include mode compile "
                         "(`floorline run --mode graph,compile`), or predict --mode graph")
@@ -328,13 +399,45 @@ def predict(cal: Calibration, arch: zoo.Arch, ctx: int, gpu: specs.GpuSpec, mode
     }
 
 
+def _predict_endpoint(cal: Calibration, arch: zoo.Arch, ctx: int, gpu: specs.GpuSpec, dtype: str) -> dict:
+    if cal.endpoint_fit is None:
+        raise UserError("the calibration has no endpoint records; pass --from results of `floorline endpoint` (or an "
+                        "`ab` endpoint arm) measured with a datasheet peak (--gpu KEY)")
+    if len(cal.endpoint_formats) != 1:
+        raise UserError(f"the endpoint records hold {len(cal.endpoint_formats)} weight formats "
+                        f"({', '.join(f[0] for f in cal.endpoint_formats)}); pass --from records of one format, the "
+                        f"one to predict")
+    fmt = cal.endpoint_formats[0]
+    fl = _endpoint_floor(arch, ctx, fmt, dtype, cal.convention)
+    eta, c, fitted = cal.endpoint_fit
+    bandwidth_ms = fl.bytes / (eta * gpu.peak_gbps * 1e9) * 1e3
+    step = bandwidth_ms + c
+    floor_ms = fl.ms(gpu.peak_gbps)
+    return {
+        "model": arch.name, "ctx": ctx, "mode": ENDPOINT, "dtype": dtype, "gpu_key": gpu.key, "gpu": gpu.name,
+        "peak_gbps": gpu.peak_gbps, "convention": cal.convention, "floor_bytes": fl.bytes, "floor_ms_peak": floor_ms,
+        "eta": eta, "bandwidth_term_ms": bandwidth_ms, "overhead_ms": c,
+        "kernels_per_step": None, "launch_us_per_kernel": 0.0, "launch_term_ms": 0.0,
+        "step_ms": step, "fraction_of_floor_peak": floor_ms / step, "tokens_per_s": 1e3 / step,
+        "in_calibration": gpu.key in cal.gpus, "calibration_source": cal.source,
+        "calibration_n_records": cal.n_records, "calibration_gpus": list(cal.gpus),
+        "overhead_fitted": fitted, "caveat": CAVEAT.format(gpu=gpu.name),
+        "endpoint_weight_format": {"quant": fmt[0], "weight_bits_per_weight": fmt[1], "weight_group_size": fmt[2]},
+        "endpoint_servers": list(cal.endpoint_servers),
+    }
+
+
 # ---------------------------------------------------------------------------------------------------------- display
 def format_prediction(pred: dict) -> str:
     p = pred
     conv = "strict floor" if p["convention"] == "strict" else "paper floor: all parameter bytes + KV read"
     k = "-" if p["kernels_per_step"] is None else f"{p['kernels_per_step']:.0f}"
     launch = (f"{k} kernels x {p['launch_us_per_kernel']:.2f} us = {p['launch_term_ms']:.2f} ms"
-              if p["mode"] in HOST_MODES else "0 (replayed graph: no per-kernel host launch)")
+              if p["mode"] in HOST_MODES else "0 (a server's own time per token is inside its eta and fixed time)"
+              if p["mode"] == ENDPOINT else "0 (replayed graph: no per-kernel host launch)")
+    if p["mode"] == ENDPOINT:
+        f = p["endpoint_weight_format"]
+        conv += f"; weights as the endpoint records: {f['quant']}, {f['weight_bits_per_weight']:g} bits per weight"
     lines = [
         f"predicted {p['model']} ctx {p['ctx']} {p['mode']} {p['dtype']} on {p['gpu']}: {p['step_ms']:.2f} ms/step, "
         f"{p['tokens_per_s']:.1f} tok/s, {100 * p['fraction_of_floor_peak']:.1f}% of the floor at peak",
@@ -355,10 +458,18 @@ def format_calibration(cal: Calibration) -> str:
     """The fit: its parameters, then each calibration cell measured vs fitted."""
     launch = ", ".join(f"{m} {v:.2f} us/kernel" for m, v in cal.launch_us_per_kernel.items()) or "none"
     comp = f"; compile eta {cal.compile_fit[0]:.3f}, fixed {cal.compile_fit[1]:.2f} ms" if cal.compile_fit else ""
-    lines = [f"calibration ({cal.convention} floor) from {cal.source}: {cal.n_records} records",
-             f"  eta {cal.eta:.3f}, fixed {cal.overhead_ms:.2f} ms"
-             f"{'' if cal.overhead_fitted else ' (one GPU: not fitted)'}{comp}; launch {launch}",
-             f"  kernels per step: {cal.kernels.source}"]
+    lines = [f"calibration ({cal.convention} floor) from {cal.source}: {cal.n_records} records"]
+    if cal.eta is not None:
+        lines += [f"  eta {cal.eta:.3f}, fixed {cal.overhead_ms:.2f} ms"
+                  f"{'' if cal.overhead_fitted else ' (one GPU: not fitted)'}{comp}; launch {launch}",
+                  f"  kernels per step: {cal.kernels.source}"]
+    if cal.endpoint_fit:
+        e, c, fitted = cal.endpoint_fit
+        lines.append(f"  endpoint (its own fit): eta {e:.3f}, fixed {c:.2f} ms"
+                     f"{'' if fitted else ' (one GPU: not fitted)'}; {', '.join(cal.endpoint_servers)}; weights "
+                     f"{', '.join(f[0] for f in cal.endpoint_formats)}")
+    for why, n in cal.skipped:
+        lines.append(f"  left out: {n} record(s), {why}")
     for r in cal.residuals:
         lines.append(f"  {r['gpu']:<10} {r['model']:<14} ctx {r['ctx']:<6} {r['mode']:<8} n={r['n']:<3} observed "
                      f"{r['measured_ms']:8.2f} ms  fitted {r['fitted_ms']:8.2f} ms  {r['error_pct']:+6.1f}%")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from floorline import floor, records, system, zoo
+from floorline.endpoint import EndpointConfig, clean_url, weight_floors
 from floorline.launcher import run_fresh
 from floorline.measure import RunConfig, weight_format
 
@@ -26,7 +27,10 @@ def device_kind(device: str | None) -> str:
 
 
 def cell_key(rec: dict) -> tuple:
-    """What makes two records the same cell: model, ctx, mode, quant, dtype, attention, device kind."""
+    """What makes two records the same cell: model, ctx, mode, quant, dtype, attention, device kind; for a running
+    server (mode endpoint): model, ctx, its URL and the model it serves (its device and weights are its own)."""
+    if rec.get("mode") == "endpoint":
+        return rec.get("model"), rec.get("ctx"), "endpoint", rec.get("endpoint_url"), rec.get("endpoint_served_model")
     return (rec.get("model"), rec.get("ctx"), rec.get("mode"), rec.get("quant") or "none", rec.get("dtype"),
             rec.get("attn_implementation") or "sdpa", device_kind(rec.get("device")))
 
@@ -42,8 +46,13 @@ class Cell:
     ctx: int
     mode: str
     run: RunConfig  # one ctx, one mode
+    endpoint: EndpointConfig | None = None  # a running server measured instead (mode endpoint)
 
     def key(self) -> tuple:
+        if self.endpoint is not None:
+            return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": "endpoint",
+                             "endpoint_url": clean_url(self.endpoint.url),
+                             "endpoint_served_model": self.endpoint.served_model})
         return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": self.mode, "quant": self.run.quant,
                          "dtype": self.run.dtype, "attn_implementation": self.run.attn, "device": self.run.device})
 
@@ -91,6 +100,12 @@ def failure_record(cell: Cell, reason: str) -> dict:
            "quant": cell.run.quant, "dtype": cell.run.dtype, "attn_implementation": cell.run.attn,
            "device": cell.run.device, "device_name": system.device_name(cell.run.device),
            "floor_bytes": f.bytes, "valid": False, "reason": reason}
+    if cell.endpoint is not None:  # the server's floor, in the weight format it was said to hold
+        strict, paper, fmt = weight_floors(cell.arch, cell.ctx, cell.endpoint)
+        rec.update({**fmt, "floor_bytes": strict.bytes, "paper_floor_bytes": paper.bytes, "floor_convention": "strict",
+                    "dtype": cell.endpoint.dtype, "attn_implementation": None, "device": None, "device_name": None,
+                    "endpoint_url": clean_url(cell.endpoint.url),
+                    "endpoint_served_model": cell.endpoint.served_model})
     for k in records.REQUIRED_KEYS:
         rec.setdefault(k, None)
     env = {k: v for k, v in system.environment().items() if k not in ("torch_threads", "cpu_name")}

@@ -1,6 +1,7 @@
 """Child-process entry point: `python -m floorline.worker SPEC_JSON OUT.jsonl`.
 
-Runs each RunConfig of the spec in this (fresh) process, one CUDA context for all of them, and appends every record,
+Runs each config of the spec in this (fresh) process, in order — a RunConfig (one CUDA context for all of them) or an
+EndpointConfig given as {"endpoint": {...}} (a running server, measured from here) — and appends every record,
 tagged with the spec's `tags`, to OUT as it finishes. A UserError exits 2 with its one line on stderr.
 """
 
@@ -11,6 +12,7 @@ import signal
 import sys
 
 from floorline import records
+from floorline.endpoint import EndpointConfig, measure_endpoint
 from floorline.errors import UserError
 from floorline.measure import RunConfig, measure_cells
 
@@ -30,7 +32,9 @@ def main(argv: list[str]) -> int:
     spec, out = json.loads(argv[0]), argv[1]
     try:
         for c in spec["configs"]:
-            for rec in measure_cells(RunConfig(**c)):
+            recs = (measure_endpoint(EndpointConfig(**c["endpoint"])) if "endpoint" in c
+                    else measure_cells(RunConfig(**c)))
+            for rec in recs:
                 rec.update(spec.get("tags", {}))
                 records.append(out, [rec])
     except UserError as e:
