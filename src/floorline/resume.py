@@ -27,9 +27,12 @@ def device_kind(device: str | None) -> str:
 
 
 def cell_key(rec: dict) -> tuple:
-    """What makes two records the same cell: model, ctx, mode, quant, dtype, attention, device kind."""
+    """What makes two records the same cell: model, ctx, mode, quant, dtype, attention, device kind, and for
+    tensor parallelism the GPU count and the all-reduce backend (one GPU: tp 1, no backend)."""
+    tp = rec.get("tp") or 1
     return (rec.get("model"), rec.get("ctx"), rec.get("mode"), rec.get("quant") or "none", rec.get("dtype"),
-            rec.get("attn_implementation") or "sdpa", device_kind(rec.get("device")))
+            rec.get("attn_implementation") or "sdpa", device_kind(rec.get("device")), tp,
+            (rec.get("allreduce_backend") or "auto") if tp > 1 else None)
 
 
 def is_cell(rec: dict) -> bool:
@@ -45,12 +48,15 @@ class Cell:
     run: RunConfig  # one ctx, one mode
 
     def key(self) -> tuple:
+        from floorline import tp_run
+
         return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": self.mode, "quant": self.run.quant,
-                         "dtype": self.run.dtype, "attn_implementation": self.run.attn, "device": self.run.device})
+                         "dtype": self.run.dtype, "attn_implementation": self.run.attn, "device": self.run.device,
+                         "tp": self.run.tp, "allreduce_backend": tp_run.backend(self.run, device_kind(self.run.device))})
 
     @property
     def label(self) -> str:
-        return f"{self.arch.name} ctx {self.ctx} {self.mode}"
+        return f"{self.arch.name} ctx {self.ctx} {self.mode}" + (f" tp {self.run.tp}" if self.run.tp > 1 else "")
 
 
 def done_keys(have: list[dict], *, valid_only: bool = False) -> set[tuple]:
@@ -107,6 +113,11 @@ def failure_record(cell: Cell, reason: str) -> dict:
            "quant": cell.run.quant, "dtype": cell.run.dtype, "attn_implementation": cell.run.attn,
            "device": cell.run.device, "device_name": system.device_name(cell.run.device),
            "floor_bytes": f.bytes, "valid": False, "reason": reason}
+    if cell.run.tp > 1:  # the cell's key holds the split
+        from floorline import tp, tp_run
+
+        rec.update({"tp": cell.run.tp, "allreduce_backend": tp_run.backend(cell.run, device_kind(cell.run.device)),
+                    "floor_bytes": tp.floor(cell.arch, cell.ctx, cell.run.tp, weight_format(cell.run)).bytes})
     for k in records.REQUIRED_KEYS:
         rec.setdefault(k, None)
     env = {k: v for k, v in system.environment().items() if k not in ("torch_threads", "cpu_name")}

@@ -32,6 +32,7 @@ class Comm:
     size: int
     device: torch.device
     group: object  # the default process group
+    backend: str = "nccl"  # the all-reduce a tp run's model uses (tp_run.join sets it from --allreduce)
 
     @property
     def group_name(self) -> str:

@@ -29,6 +29,11 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     spec, out = json.loads(argv[0]), argv[1]
     try:
+        if "allreduce" in spec:  # `floorline allreduce`: one record per backend
+            from floorline import allreduce
+
+            records.append(out, allreduce.measure(allreduce.AllReduceConfig(**spec["allreduce"])))
+            return 0
         for c in spec["configs"]:
             for rec in measure_cells(RunConfig(**c)):
                 rec.update(spec.get("tags", {}))
