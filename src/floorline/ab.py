@@ -31,22 +31,31 @@ class Arm:
     dtype: str
     attn: str
     quant: str = "none"
+    tp: int = 1
+    allreduce: str = "auto"
 
     @property
     def label(self) -> str:
         return "/".join([self.mode] + ([self.dtype] if self.dtype != "bf16" else [])
                         + ([f"attn={self.attn}"] if self.attn != "sdpa" else [])
-                        + ([self.quant] if self.quant != "none" else []))
+                        + ([self.quant] if self.quant != "none" else [])
+                        + ([f"tp={self.tp}"] if self.tp != 1 else [])
+                        + ([f"allreduce={self.allreduce}"] if self.allreduce != "auto" else []))
 
 
-def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa", quant_: str = "none") -> Arm:
-    """'graph', or 'mode=graph,dtype=fp16,attn=eager,quant=nf4' (a bare word is the mode)."""
-    fields = {"mode": None, "dtype": dtype, "attn": attn, "quant": quant_}
+def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa", quant_: str = "none", tp: int = 1,
+              allreduce: str = "auto") -> Arm:
+    """'graph', or 'mode=graph,dtype=fp16,attn=eager,quant=nf4,tp=2,allreduce=symm' (a bare word is the mode)."""
+    fields = {"mode": None, "dtype": dtype, "attn": attn, "quant": quant_, "tp": tp, "allreduce": allreduce}
     for part in [p.strip() for p in spec.split(",") if p.strip()]:
         k, _, v = part.partition("=") if "=" in part else ("mode", "", part)
         if k not in fields:
-            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype=, attn= or quant=")
+            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype=, attn=, quant=, tp= or allreduce=")
         fields[k] = v
+    try:
+        fields["tp"] = int(fields["tp"])
+    except ValueError:
+        raise UserError(f"arm {spec!r}: tp= takes a number of GPUs, got {fields['tp']!r}") from None
     try:
         fields["quant"] = quant.canonical(fields["quant"])
     except UserError as e:
@@ -73,7 +82,7 @@ class ABConfig:
     def key(self) -> str:
         """Identifies the experiment in an output file: the same key resumes, another starts afresh."""
         d = {"base": asdict(self.base), "a": asdict(self.a), "b": asdict(self.b)}
-        for k in ("modes", "dtype", "attn", "quant"):
+        for k in ("modes", "dtype", "attn", "quant", "tp", "allreduce"):
             d["base"].pop(k)
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -81,20 +90,22 @@ class ABConfig:
 def session_configs(cfg: ABConfig, first: Arm, second: Arm) -> list[RunConfig]:
     """One RunConfig (one model build) when the arms differ only by mode; otherwise one per arm."""
     base = replace(cfg.base, energy=False)  # the energy window would only lengthen each session
-    if (first.dtype, first.attn, first.quant) == (second.dtype, second.attn, second.quant):
+    if (first.dtype, first.attn, first.quant, first.tp, first.allreduce) == (
+            second.dtype, second.attn, second.quant, second.tp, second.allreduce) and first.tp == 1:
         return [replace(base, modes=[first.mode, second.mode], dtype=first.dtype, attn=first.attn, quant=first.quant)]
-    return [replace(base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
-            for arm in (first, second)]
+    return [arm_config(replace(cfg, base=base), arm) for arm in (first, second)]  # tp: a fresh set of ranks each
 
 
 def arm_config(cfg: ABConfig, arm: Arm) -> RunConfig:
-    return replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
+    return replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant, tp=arm.tp,
+                   allreduce=arm.allreduce)
 
 
 def _arm_of(rec: dict, cfg: ABConfig) -> str | None:
     for name, arm in (("A", cfg.a), ("B", cfg.b)):
-        if (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation"), rec.get("quant") or "none") == (
-                arm.mode, arm.dtype, arm.attn, arm.quant):
+        if (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation"), rec.get("quant") or "none",
+                rec.get("tp") or 1) == (arm.mode, arm.dtype, arm.attn, arm.quant, arm.tp) and (
+                arm.tp == 1 or arm.allreduce in ("auto", rec.get("allreduce_backend"))):
             return name
     return None
 

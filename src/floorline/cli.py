@@ -185,8 +185,8 @@ def cmd_ab(args) -> int:
     from floorline import ab, display
 
     base = _run_config(args, [])
-    cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, base.dtype, args.attn, args.quant),
-                      b=ab.parse_arm(args.b, base.dtype, args.attn, args.quant), sessions=args.sessions,
+    arm = dict(dtype=base.dtype, attn=args.attn, quant_=args.quant, tp=args.tp, allreduce=args.allreduce)
+    cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, **arm), b=ab.parse_arm(args.b, **arm), sessions=args.sessions,
                       resamples=args.resamples, timeout_s=args.timeout)
     with err.status("floorline ab") as status:
         s = ab.run_ab(cfg, args.output, log=lambda m: status.update(m))
@@ -286,7 +286,8 @@ def cmd_predict(args) -> int:
     a = zoo.resolve(args.model, need="config", download=args.download)
     gpu = specs.lookup(args.gpu)
     cal = predict.calibrate_from(args.from_) if args.from_ else predict.calibrate_published()
-    preds = [predict.predict(cal, a, args.ctx, gpu, m, args.dtype) for m in _names(args.mode)]
+    ar_us = _allreduce_latency(args)[0]
+    preds = [predict.predict(cal, a, args.ctx, gpu, m, args.dtype, args.tp, ar_us) for m in _names(args.mode)]
     if args.format == "json":
         out.print_json(json.dumps({"calibration": predict.format_calibration(cal), "predictions": preds}))
         return 0
@@ -456,6 +457,15 @@ DOWNLOAD_HELP = ("a Hub id (org/name) not in the local cache may be downloaded: 
                  "safetensors weights (also allowed by HF_HUB_OFFLINE=0)")
 
 
+def _tp_args(p) -> None:
+    """floor's and predict's --tp: bytes per GPU plus count x latency of the all-reduces."""
+    p.add_argument("--tp", type=int, default=1, help="tensor parallelism over N GPUs: bytes per GPU + all-reduces")
+    p.add_argument("--allreduce-us", type=float, default=None, help="with --tp: one all-reduce's latency, us")
+    p.add_argument("--allreduce-from", nargs="+", metavar="RECORDS", default=None,
+                   help="with --tp: `floorline allreduce` records; the fastest backend's median (or --allreduce-backend)")
+    p.add_argument("--allreduce-backend", default=None, help="with --allreduce-from: nccl, symm or gloo")
+
+
 def build_parser() -> Parser:
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subparser's default must not overwrite `floorline --debug VERB`
@@ -505,11 +515,7 @@ def build_parser() -> Parser:
     f.add_argument("--group-size", type=int, default=128, help="elements per scale/zero group (quantised only)")
     f.add_argument("--format", choices=["table", "json"], default="table")
     f.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
-    f.add_argument("--tp", type=int, default=1, help="tensor parallelism over N GPUs: bytes per GPU + all-reduces")
-    f.add_argument("--allreduce-us", type=float, default=None, help="with --tp: one all-reduce's latency, us")
-    f.add_argument("--allreduce-from", nargs="+", metavar="RECORDS", default=None,
-                   help="with --tp: `floorline allreduce` records; the fastest backend's median (or --allreduce-backend)")
-    f.add_argument("--allreduce-backend", default=None, help="with --allreduce-from: nccl, symm or gloo")
+    _tp_args(f)
     f.set_defaults(fn=cmd_floor)
 
     r = sub.add_parser("run", parents=[common, cell], help="measure batch-1 decode against its floor")
@@ -569,6 +575,7 @@ def build_parser() -> Parser:
                    help="JSON-lines results to calibrate on (default: the study's published values)")
     q.add_argument("--format", choices=["text", "json"], default="text")
     q.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
+    _tp_args(q)
     q.set_defaults(fn=cmd_predict)
 
     ep = sub.add_parser("endpoint", parents=[common], help="batch-1 decode of a running OpenAI-compatible server "

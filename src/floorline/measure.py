@@ -194,10 +194,6 @@ class Session:
 
     def close(self) -> None:
         self.model = self.prompt = None
-        if self.cfg.tp > 1:
-            from floorline import tpdist
-
-            tpdist.close()
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -49,7 +49,9 @@ def env_rank() -> tuple[int, int] | None:
 def init(size: int, device_type: str) -> Comm:
     """Join the group the launcher started: nccl on cuda:rank, gloo on the CPU."""
     global _COMM
-    if _COMM is not None:
+    if _COMM is not None:  # one group for the process's life (an A/B session runs two tp configs in it)
+        if _COMM.size != size:
+            raise UserError(f"this process is a rank of {_COMM.size}, not {size}; give every --tp arm one size")
         return _COMM
     got = env_rank()
     if got is None or got[1] != size:

@@ -7,6 +7,7 @@ tagged with the spec's `tags`, to OUT as it finishes. A UserError exits 2 with i
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
@@ -34,7 +35,10 @@ def main(argv: list[str]) -> int:
 
             records.append(out, allreduce.measure(allreduce.AllReduceConfig(**spec["allreduce"])))
             return 0
+        rank = int(os.environ.get("FLOORLINE_TP_RANK", "0"))
         for c in spec["configs"]:
+            if rank and c.get("tp", 1) == 1:  # a one-GPU config (an A/B's other arm) runs on rank 0 alone
+                continue
             for rec in measure_cells(RunConfig(**c)):
                 rec.update(spec.get("tags", {}))
                 records.append(out, [rec])
