@@ -140,3 +140,70 @@ def test_sharded_native_model_matches_the_unsharded_one_over_two_gloo_ranks():
     """Both tiny models in one pair of processes (the imports are most of the time)."""
     pytest.importorskip("triton", reason="native/model.py imports native/kernels.py, which needs Triton")
     mp.start_processes(_rank_main, args=(2, _free_port(), TINY), nprocs=2, join=True, start_method="spawn")
+
+
+# ------------------------------------------------------------------------------------- commands, launcher, predict
+def test_floor_tp_adds_the_allreduce_term_and_refuses_bad_input():
+    from conftest import run_cli
+    import json
+
+    rc, out, _ = run_cli(["floor", "--model", "qwen2.5-7b", "--ctx", "2048", "--tp", "2", "--allreduce-us", "6.5",
+                          "--gpu", "h200", "--format", "json"])
+    d = json.loads(out)
+    f = tp.floor(zoo.ZOO["qwen2.5-7b"], 2048, 2)
+    assert rc == 0 and d["floor_bytes"] == f.bytes and d["allreduce_count"] == 57
+    assert d["floor_ms"] == pytest.approx(f.bytes / 4800e9 * 1e3 + 57 * 6.5e-3)
+    for argv, msg in [(["--tp", "3"], "divides 28"), (["--allreduce-us", "5"], "needs --tp"),
+                      (["--tp", "2", "--allreduce-us", "-1"], ">= 0")]:
+        rc, _, err = run_cli(["floor", "--model", "qwen2.5-7b", "--ctx", "2048", *argv])
+        assert rc == 2 and msg in err and "Traceback" not in err
+
+
+def test_predict_for_two_gpus_from_one_gpu_records():
+    from floorline import predict, specs
+
+    a, gpu = zoo.ZOO["qwen2.5-7b"], specs.lookup("h200")
+    recs = []
+    for ctx in (2048, 8192):  # synthetic one-GPU graph records: eta 0.5 exactly, no fixed term
+        b = floor.floor(a, ctx).bytes
+        recs.append({"kind": "cell", "valid": True, "model": a.name, "ctx": ctx, "mode": "graph", "dtype": "bf16",
+                     "peak_gbps": gpu.peak_gbps, "gpu_key": gpu.key, "floor_bytes": b, "floor_convention": "strict",
+                     "step_ms_median": b / (0.5 * gpu.peak_gbps * 1e9) * 1e3})
+    cal = predict.calibrate(recs)
+    p = predict.predict(cal, a, 2048, gpu, "graph", "bf16", 2, 10.0)
+    per_gpu = tp.floor(a, 2048, 2).bytes
+    assert p["step_ms"] == pytest.approx(per_gpu / (0.5 * gpu.peak_gbps * 1e9) * 1e3 + 57 * 0.010, rel=1e-6)
+    assert p["allreduce_term_ms"] == pytest.approx(0.57)
+    with pytest.raises(UserError, match="all-reduce latency"):
+        predict.predict(cal, a, 2048, gpu, "graph", "bf16", 2, None)
+
+
+def test_allreduce_latency_from_records(tmp_path):
+    from floorline import allreduce, records
+
+    f = tmp_path / "ar.jsonl"
+    v = {"schema_version": records.SCHEMA_VERSION, "kind": "allreduce", "tp": 2}
+    records.append(f, [{**v, "valid": True, "backend": "nccl", "us_median": 13.2},
+                       {**v, "valid": True, "backend": "symm", "us_median": 6.5},
+                       {**v, "valid": False, "backend": "symm", "us_median": None}])
+    assert allreduce.latency_from([str(f)]) == (6.5, "symm")
+    assert allreduce.latency_from([str(f)], "nccl", 2) == (13.2, "nccl")
+    with pytest.raises(UserError, match="floorline allreduce"):
+        allreduce.latency_from([str(f)], tp=4)
+
+
+def test_run_tp2_on_the_cpu_goes_through_the_launcher_one_process_per_rank(tmp_path):
+    """HF transformers' tp plan over two gloo ranks (the launcher, the worker, the records, the cell key)."""
+    from conftest import run_cli
+    from floorline import records, resume
+
+    out = tmp_path / "r.jsonl"
+    rc, _, err = run_cli(["run", "--tp", "2", "--device", "cpu", "--mode", "eager", "--model", "tiny-llama",
+                          "--ctx", "16", "--steps", "2", "--warmup", "0", "--dtype", "fp32", "--output", str(out)])
+    assert rc == 0, err
+    (r,) = records.read(out)
+    a = zoo.ZOO["tiny-llama"]
+    assert (r["tp"], r["allreduce_backend"], r["valid"], r["tp_rank"]) == (2, "gloo", True, 0)
+    assert r["floor_bytes"] == tp.floor(a, 16, 2, floor.weight_format("fp32")).bytes
+    assert r["allreduce_us"] > 0 and r["allreduce_count"] == 2 * a.layers + 1
+    assert resume.cell_key(r)[-2:] == (2, "gloo") and resume.cell_key({**r, "tp": 1})[-2:] == (1, None)
