@@ -462,7 +462,8 @@ def _tp_args(p) -> None:
     p.add_argument("--tp", type=int, default=1, help="tensor parallelism over N GPUs: bytes per GPU + all-reduces")
     p.add_argument("--allreduce-us", type=float, default=None, help="with --tp: one all-reduce's latency, us")
     p.add_argument("--allreduce-from", nargs="+", metavar="RECORDS", default=None,
-                   help="with --tp: `floorline allreduce` records; the fastest backend's median (or --allreduce-backend)")
+                   help="with --tp: `floorline allreduce` records; the fastest backend's median "
+                        "(or --allreduce-backend)")
     p.add_argument("--allreduce-backend", default=None, help="with --allreduce-from: nccl, symm or gloo")
 
 

@@ -332,7 +332,9 @@ def predict(cal: Calibration, arch: zoo.Arch, ctx: int, gpu: specs.GpuSpec, mode
         "peak_gbps": gpu.peak_gbps, "convention": cal.convention, "floor_bytes": fl.bytes, "floor_ms_peak": floor_ms,
         "eta": eta, "bandwidth_term_ms": bandwidth_ms, "overhead_ms": c,
         "kernels_per_step": kernels, "launch_us_per_kernel": launch_us, "launch_term_ms": launch_ms,
-        "step_ms": step, "fraction_of_floor_peak": (floor_ms + allreduce_ms) / step,  # N > 1: all-reduces in the floor "tokens_per_s": 1e3 / step,
+        "step_ms": step, "fraction_of_floor_peak": (floor_ms + allreduce_ms) / step,  # N > 1: the all-reduces are in
+        # the floor
+        "tokens_per_s": 1e3 / step,
         "in_calibration": gpu.key in cal.gpus, "calibration_source": cal.source,
         "calibration_n_records": cal.n_records, "calibration_gpus": list(cal.gpus),
         "overhead_fitted": cal.overhead_fitted, "caveat": CAVEAT.format(gpu=gpu.name),

@@ -52,7 +52,8 @@ class Cell:
 
         return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": self.mode, "quant": self.run.quant,
                          "dtype": self.run.dtype, "attn_implementation": self.run.attn, "device": self.run.device,
-                         "tp": self.run.tp, "allreduce_backend": tp_run.backend(self.run, device_kind(self.run.device))})
+                         "tp": self.run.tp,
+                         "allreduce_backend": tp_run.backend(self.run, device_kind(self.run.device))})
 
     @property
     def label(self) -> str:

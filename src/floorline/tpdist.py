@@ -161,7 +161,8 @@ def argmax_across(logits: torch.Tensor, first: int, key: torch.Tensor) -> torch.
 
 def time_allreduce(ar: AllReduce, samples: int = 30, per_sample: int = 50, warmup: int = 3) -> list[float]:
     """Microseconds per all-reduce, one value per sample. On a GPU `per_sample` back-to-back all-reduces are one
-    CUDA graph and a sample is one replay (no launch overhead, as in the decode step's graph); on the CPU plain calls."""
+    CUDA graph and a sample is one replay (no launch overhead, as in the decode step's graph); on the CPU, plain
+    calls."""
     from floorline.timing import capture_graph, time_steps
 
     ar.src.normal_()
