@@ -17,6 +17,11 @@
 #                     ctx 2048, graph vs native, bf16 and int4)
 #       native-run    floorline run --mode graph,compile,native at ctx 2048 and 16384 (bf16) and --mode graph,native
 #                     --quant int4, for each of $NATIVE_MODELS (default: qwen2.5-7b llama-3.1-8b)
+#     tp      issue #17, needs 2 GPUs (nvidia-h200-x2): tp-allreduce (floorline allreduce, nccl and symm, fp32 and
+#             bf16), tp-native (native TP=1, TP=2 nccl, TP=2 symm; qwen2.5-7b and llama-3.1-8b at ctx 2048 and 16384,
+#             bf16), tp-hf (HF's own tp plan, eager and graph); each fits one 600 s device call for one model
+#             (TP_MODELS=qwen2.5-7b). The table: per-GPU floor at measured bandwidth, all-reduce term (measured in
+#             the session), the rest (kernel excess + gaps; `explain --tp` is not there yet)
 #     endpoint  qwen2.5-7b with random weights written to $OUT/qwen2.5-7b-random (config.json + safetensors + a
 #               tokenizers-built tokenizer, python -m floorline.servedir), served by `transformers serve` on a free
 #               127.0.0.1 port and measured by `floorline endpoint` (ctx 2048, 5 sessions, 64 tokens), then the
@@ -156,7 +161,30 @@ PY
       kill "$serve_pid"; wait "$serve_pid" 2>/dev/null
       fl run --model "$d" --ctx 2048 --mode eager,graph,native --output "$OUT/endpoint.jsonl" --format md 2>&1 \
         | tee -a "$OUT/endpoint.log" ;;
-    native-check) ;;
+    tp-allreduce|tp)  # issue #17 on nvidia-h200-x2: one hidden vector (3584 / 4096 values), fp32 and bf16, per backend
+      ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+      if [ "$ngpu" -lt 2 ]; then echo "tp: needs 2 GPUs, $ngpu here"; continue; fi
+      # multicast (NVLS) stays off: floorline's launcher sets these for its ranks; here too, for anything else
+      export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+      for m in qwen2.5-7b llama-3.1-8b; do for dt in fp32 bf16; do
+        fl allreduce --tp 2 --model "$m" --dtype "$dt" --backends nccl,symm --output "$OUT/tp.jsonl" 2>&1 \
+          | tee -a "$OUT/tp.log"
+      done; done ;;&
+    tp-native|tp)  # native TP=1, then TP=2 with each all-reduce backend; ctx 2048 and 16384, bf16
+      for m in ${TP_MODELS:-qwen2.5-7b llama-3.1-8b}; do
+        fl run --model "$m" --ctx 2048,16384 --mode native --output "$OUT/tp.jsonl" --format md 2>&1 \
+          | tee -a "$OUT/tp.log"
+        for b in nccl symm; do
+          fl run --model "$m" --ctx 2048,16384 --mode native --tp 2 --allreduce "$b" --output "$OUT/tp.jsonl" \
+            --format md 2>&1 | tee -a "$OUT/tp.log"
+        done
+      done ;;&
+    tp-hf|tp)  # HF transformers' own tensor parallelism (its tp plan), eager and graph (a crash is recorded)
+      for m in ${TP_MODELS:-qwen2.5-7b llama-3.1-8b}; do
+        fl run --model "$m" --ctx 2048,16384 --mode eager,graph --tp 2 --output "$OUT/tp.jsonl" --format md 2>&1 \
+          | tee -a "$OUT/tp.log"
+      done ;;
+    native-check|tp-allreduce|tp-native) ;;
     summary) ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
@@ -227,6 +255,24 @@ if os.path.exists(p):
             if r["mode"] != "endpoint" and r.get("valid"):
                 print(f"| {r['mode']} | {r['step_ms_median']:.3f} | {itl - r['step_ms_median']:+.3f} | "
                       f"{itl / r['step_ms_median']:.2f}x |")
+p = os.path.join(out, "tp.jsonl")
+if os.path.exists(p):  # issue #17: the step against the per-GPU floor and the all-reduce term
+    recs = records.read(p)
+    for r in [r for r in recs if r.get("kind") == "allreduce"]:
+        got = f"{r['us_median']:.2f} us" if r.get("valid") else f"not run: {r.get('reason')}"
+        print(f"all-reduce {r['backend']:<5} {r['tp']} GPUs, {r['numel']} x {r['dtype']} in a CUDA graph: {got}")
+    print("| model | ctx | mode | tp | all-reduce | ms/step | floor/GPU ms (measured bw) | all-reduces ms | rest ms "
+          "| % floor+AR |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in [r for r in recs if r.get("kind", "cell") == "cell"]:
+        if not r.get("valid"):
+            print(f"| {r['model']} | {r['ctx']} | {r['mode']} | {r.get('tp', 1)} | {r.get('allreduce_backend') or '-'} "
+                  f"| INVALID: {str(r.get('reason'))[:80]} | | | | |")
+            continue
+        ar = r.get("allreduce_ms") or 0.0
+        fl_ms, step = r["floor_ms_measured"], r["step_ms_median"]
+        print(f"| {r['model']} | {r['ctx']} | {r['mode']} | {r.get('tp', 1)} | {r.get('allreduce_backend') or '-'} | "
+              f"{step:.3f} | {fl_ms:.3f} | {ar:.3f} | {step - fl_ms - ar:.3f} | {(fl_ms + ar) / step:.0%} |")
 for p in [os.path.join(out, d, "explain.jsonl") for d in ("", "explain_native", "explain_native_int4")]:
     if os.path.exists(p):
         print(display.markdown_table(display.EXPLAIN_HEADER, display.explain_rows(records.read(p))))

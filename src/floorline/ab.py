@@ -46,6 +46,8 @@ class Arm:
     group_size: int | None = None
     gpu: str | None = None
     device: str | None = None  # where the server runs, for its copy bandwidth (default: --device; none: skip)
+    tp: int = 1  # tensor-parallel GPUs (floorline's own modes)
+    allreduce: str = "auto"
 
     @property
     def label(self) -> str:
@@ -57,36 +59,43 @@ class Arm:
                             + ([f"int{self.weight_bits}"] if self.weight_bits else []))
         return "/".join([self.mode] + ([self.dtype] if self.dtype != "bf16" else [])
                         + ([f"attn={self.attn}"] if self.attn != "sdpa" else [])
-                        + ([self.quant] if self.quant != "none" else []))
+                        + ([self.quant] if self.quant != "none" else [])
+                        + ([f"tp={self.tp}"] if self.tp != 1 else [])
+                        + ([f"allreduce={self.allreduce}"] if self.allreduce != "auto" else []))
 
     def fields(self) -> dict:
         """What identifies the arm: its four run fields, and the endpoint fields only when set (so the key of an
         A/B of floorline's modes is what it was before endpoint arms existed: its file still resumes)."""
-        return {k: v for k, v in asdict(self).items() if k in ("mode", "dtype", "attn", "quant") or v is not None}
+        return {k: v for k, v in asdict(self).items() if k in ("mode", "dtype", "attn", "quant")
+                or v is not None and (k, v) not in (("tp", 1), ("allreduce", "auto"))}
 
 
-RUN_KEYS = ("mode", "dtype", "attn", "quant")
+RUN_KEYS = ("mode", "dtype", "attn", "quant", "tp", "allreduce")
 ENDPOINT_KEYS = ("endpoint", "served", "dtype", "bpw", "weight_bits", "group_size", "gpu", "device")
 
 
 def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa", quant_: str = "none",
-              served: str | None = None) -> Arm:
-    """'graph', 'mode=graph,dtype=fp16,attn=eager,quant=nf4' (a bare word is the mode), or an endpoint:
-    'endpoint=http://127.0.0.1:8000/v1,served=NAME,bpw=Q4_K' (served defaults to `served`, dtype to bf16: the
+              served: str | None = None, tp: int = 1, allreduce: str = "auto") -> Arm:
+    """'graph', 'mode=graph,dtype=fp16,attn=eager,quant=nf4,tp=2,allreduce=symm' (a bare word is the mode), or an
+    endpoint: 'endpoint=http://127.0.0.1:8000/v1,served=NAME,bpw=Q4_K' (served defaults to `served`, dtype to bf16: the
     server's dense dtype, not this host's)."""
     given: dict[str, str] = {}
     for part in [p.strip() for p in spec.split(",") if p.strip()]:
         k, _, v = part.partition("=") if "=" in part else ("mode", "", part)
         if k not in RUN_KEYS + ENDPOINT_KEYS:
-            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype=, attn= or quant=, or endpoint=URL "
-                            f"with served=, bpw=, weight_bits=, group_size=, gpu=, device=")
+            raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype=, attn=, quant=, tp=, allreduce=, "
+                            f"or endpoint=URL with served=, bpw=, weight_bits=, group_size=, gpu=, device=")
         given[k] = v
     if "endpoint" in given or given.get("mode") == "endpoint":
         return _endpoint_arm(spec, given, served)
     extra = [k for k in given if k not in RUN_KEYS]
     if extra:
         raise UserError(f"arm {spec!r}: {extra[0]}= belongs to an endpoint arm; add endpoint=URL or drop it")
-    fields = {"mode": None, "dtype": dtype, "attn": attn, "quant": quant_, **given}
+    fields = {"mode": None, "dtype": dtype, "attn": attn, "quant": quant_, "tp": tp, "allreduce": allreduce, **given}
+    try:
+        fields["tp"] = int(fields["tp"])
+    except ValueError:
+        raise UserError(f"arm {spec!r}: tp= takes a number of GPUs, got {fields['tp']!r}") from None
     try:
         fields["quant"] = quant.canonical(fields["quant"])
     except UserError as e:
@@ -139,7 +148,7 @@ class ABConfig:
     def key(self) -> str:
         """Identifies the experiment in an output file: the same key resumes, another starts afresh."""
         d = {"base": asdict(self.base), "a": self.a.fields(), "b": self.b.fields()}
-        for k in ("modes", "dtype", "attn", "quant"):
+        for k in ("modes", "dtype", "attn", "quant", "tp", "allreduce"):
             d["base"].pop(k)
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -148,11 +157,12 @@ def session_configs(cfg: ABConfig, first: Arm, second: Arm, session: int = 0, at
     """The session's measurements in order: one RunConfig (one model build) when two floorline arms differ only by
     mode; otherwise one per arm (an EndpointConfig for an endpoint arm)."""
     ab = replace(cfg, base=replace(cfg.base, energy=False))  # the energy window would only lengthen each session
-    if not first.endpoint and not second.endpoint and (first.dtype, first.attn, first.quant) == (
-            second.dtype, second.attn, second.quant):
+    if not first.endpoint and not second.endpoint and first.tp == 1 and (
+            first.dtype, first.attn, first.quant, first.tp, first.allreduce) == (
+            second.dtype, second.attn, second.quant, second.tp, second.allreduce):
         return [replace(ab.base, modes=[first.mode, second.mode], dtype=first.dtype, attn=first.attn,
                         quant=first.quant)]
-    return [arm_config(ab, arm, session, attempt) for arm in (first, second)]
+    return [arm_config(ab, arm, session, attempt) for arm in (first, second)]  # tp: a fresh set of ranks each
 
 
 def arm_config(cfg: ABConfig, arm: Arm, session: int = 0, attempt: str | None = None):
@@ -165,7 +175,8 @@ def arm_config(cfg: ABConfig, arm: Arm, session: int = 0, attempt: str | None = 
             steps=b.steps, sessions=1, seed=b.seed, dtype=arm.dtype, weight_bits=arm.weight_bits,
             group_size=arm.group_size or 128, bpw=arm.bpw, gpu=arm.gpu, device=arm.device or b.device,
             first_session=session, prompt_salt=int(attempt, 16) if attempt else None)
-    return replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant)
+    return replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant, tp=arm.tp,
+                   allreduce=arm.allreduce)
 
 
 def _arm_of(rec: dict, cfg: ABConfig) -> str | None:
@@ -174,8 +185,9 @@ def _arm_of(rec: dict, cfg: ABConfig) -> str | None:
             if (rec.get("mode"), rec.get("endpoint_url"), rec.get("endpoint_served_model")) == (
                     "endpoint", arm.endpoint, arm.served):
                 return name
-        elif (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation"), rec.get("quant") or "none") == (
-                arm.mode, arm.dtype, arm.attn, arm.quant):
+        elif (rec.get("mode"), rec.get("dtype"), rec.get("attn_implementation"), rec.get("quant") or "none",
+                rec.get("tp") or 1) == (arm.mode, arm.dtype, arm.attn, arm.quant, arm.tp) and (
+                arm.tp == 1 or arm.allreduce in ("auto", rec.get("allreduce_backend"))):
             return name
     return None
 

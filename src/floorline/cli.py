@@ -63,15 +63,18 @@ def cmd_specs(args) -> int:
 
 # ----------------------------------------------------------------------------------------------------------- floor
 def cmd_floor(args) -> int:
-    from floorline import display, floor, specs, zoo
+    from floorline import display, floor, specs, tp, zoo
 
     a = zoo.resolve(args.model, need="config", download=args.download)
     if not 0 < args.ctx <= a.max_pos:
         raise UserError(f"--ctx must be in 1..{a.max_pos} for {a.name} (its max position), got {args.ctx}")
     fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
-    f = floor.floor(a, args.ctx, fmt, args.convention)
+    f = floor.floor(a, args.ctx, fmt, args.convention) if args.tp == 1 else tp.floor(a, args.ctx, args.tp, fmt,
+                                                                                     args.convention)
+    ar_us, ar_backend = _allreduce_latency(args)
     gpus = [specs.lookup(args.gpu)] if args.gpu else specs.GPUS
-    by_gpu = {g.key: f.ms(g.peak_gbps) for g in gpus}
+    by_gpu = {g.key: f.ms(g.peak_gbps) if args.tp == 1 else f.total_ms(g.peak_gbps, ar_us) or f.ms(g.peak_gbps)
+              for g in gpus}
     if args.format == "json":
         out.print_json(json.dumps({
             "model": a.name, "ctx": args.ctx, "convention": args.convention, "dtype": args.dtype,
@@ -79,15 +82,39 @@ def cmd_floor(args) -> int:
             "components": f.components, "floor_bytes": f.bytes,
             "gpu": args.gpu and gpus[0].key, "peak_gbps": gpus[0].peak_gbps if args.gpu else None,
             "floor_ms": by_gpu[gpus[0].key] if args.gpu else None, "floor_ms_by_gpu": by_gpu,
+            **(tp.record_fields(f, ar_us, ar_backend) if args.tp > 1 else {"tp": 1}),
         }))
         return 0
     bits = f"int{fmt.bits} g{fmt.group_size or 'row'}" if fmt.bits else args.dtype
     out.print(display.table(display.FLOOR_HEADER, display.floor_rows(f),
                             f"{a.name}, ctx {args.ctx}, {bits} decoder matrices, {args.convention} convention: "
-                            f"bytes one decode step moves"))
+                            f"bytes one decode step moves" + (f" on each of {args.tp} GPUs (the heaviest rank, "
+                                                              f"{f.rank})" if args.tp > 1 else "")))
+    if args.tp > 1:
+        term = (f"{f.allreduce_count} x {ar_us:.2f} us ({ar_backend}) = {f.allreduce_ms(ar_us):.3f} ms, added below"
+                if ar_us is not None else "not in the figures below: give --allreduce-us or --allreduce-from")
+        out.print(f"all-reduces a step: {f.allreduce_count} (2 a layer + the argmax across vocabulary shards); "
+                  f"{term}; KV heads held {f.kv_copies:g}x across the GPUs")
     out.print(display.table(display.FLOOR_GPU_HEADER, display.floor_gpu_rows(gpus, by_gpu),
-                            "floor at datasheet peak bandwidth"))
+                            "floor at datasheet peak bandwidth" + (" + all-reduces" if ar_us is not None else "")))
     return 0
+
+
+def _allreduce_latency(args) -> tuple[float | None, str | None]:
+    """--allreduce-us, or the median of `floorline allreduce` records (--allreduce-from), or none."""
+    if args.allreduce_us is not None and args.allreduce_from:
+        raise UserError("give --allreduce-us or --allreduce-from, not both")
+    if (args.allreduce_us is not None or args.allreduce_from) and args.tp == 1:
+        raise UserError("an all-reduce latency needs --tp N (N >= 2)")
+    if args.allreduce_us is not None:
+        if args.allreduce_us < 0:
+            raise UserError(f"--allreduce-us must be >= 0, got {args.allreduce_us}")
+        return args.allreduce_us, "given"
+    if args.allreduce_from:
+        from floorline import allreduce
+
+        return allreduce.latency_from(args.allreduce_from, args.allreduce_backend, args.tp)
+    return None, None
 
 
 # ------------------------------------------------------------------------------------------------------------- run
@@ -101,7 +128,7 @@ def _run_config(args, modes: list[str], need: str = "weights"):
     ctxs = args.ctx or [zoo.DEFAULT_GPU_CTX if device.type == "cuda" else zoo.DEFAULT_CPU_CTX]
     cfg = RunConfig(model=model, ctxs=ctxs, modes=modes, dtype=args.dtype, device=args.device, warmup=args.warmup,
                     steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
-                    threads=args.threads, quant=quant.canonical(args.quant))
+                    threads=args.threads, quant=quant.canonical(args.quant), tp=args.tp, allreduce=args.allreduce)
     return with_defaults(cfg, device.type)
 
 
@@ -120,7 +147,8 @@ def cmd_run(args) -> int:
     cfg = _run_config(args, _names(args.mode))
     done: list[dict] = []
     with err.status(f"floorline run {cfg.model}") as status:
-        for rec in measure_cells(cfg, log=lambda s: status.update(s), debug=args.debug):
+        for rec in _tp_records(cfg, status) if cfg.tp > 1 else measure_cells(cfg, log=lambda s: status.update(s),
+                                                                              debug=args.debug):
             done.append(rec)
             if args.output:
                 records.append(args.output, [rec])
@@ -135,6 +163,23 @@ def cmd_run(args) -> int:
     return 1 if any(str(r.get("reason") or "").startswith(("crash", "quant")) for r in done) else 0
 
 
+def _tp_records(cfg, status) -> list[dict]:
+    """--tp N: one fresh process per rank (floorline's launcher); rank 0's records."""
+    from floorline import tp_run, zoo
+    from floorline.launcher import run_fresh
+    from floorline.measure import resolve_device, validate
+
+    tp_run.validate(cfg, zoo.resolve(cfg.model), resolve_device(cfg.device).type)  # before any process starts
+    validate(cfg, zoo.resolve(cfg.model))
+    status.update(f"{cfg.tp} ranks, one process each: {cfg.model}")
+    recs, why = run_fresh([cfg])
+    if why and not recs:
+        raise UserError(f"the {cfg.tp} ranks failed: {why}")
+    if why:
+        err.print(f"warning: a rank failed after some records: {why}")
+    return recs
+
+
 # -------------------------------------------------------------------------------------------------------------- ab
 def cmd_ab(args) -> int:
     from floorline import ab, display
@@ -143,9 +188,10 @@ def cmd_ab(args) -> int:
     if args.served_model and not (arm_a.endpoint or arm_b.endpoint):
         raise UserError("--served-model names the model of an endpoint arm; give one (--a endpoint=URL) or drop it")
     base = _run_config(args, [], need="config" if arm_a.endpoint and arm_b.endpoint else "weights")
-    cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, base.dtype, args.attn, args.quant, args.served_model),
-                      b=ab.parse_arm(args.b, base.dtype, args.attn, args.quant, args.served_model),
-                      sessions=args.sessions, resamples=args.resamples, timeout_s=args.timeout)
+    arm = dict(dtype=base.dtype, attn=args.attn, quant_=args.quant, served=args.served_model, tp=args.tp,
+               allreduce=args.allreduce)
+    cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, **arm), b=ab.parse_arm(args.b, **arm), sessions=args.sessions,
+                      resamples=args.resamples, timeout_s=args.timeout)
     with err.status("floorline ab") as status:
         s = ab.run_ab(cfg, args.output, log=lambda m: status.update(m))
     out.print(display.table(display.AB_SESSION_HEADER, display.ab_session_rows(s),
@@ -171,10 +217,12 @@ def cmd_sweep(args) -> int:
         raise UserError(f"--timeout must be positive seconds, got {args.timeout}")
     base = RunConfig(model="", ctxs=[], modes=[], dtype=args.dtype, device=args.device, warmup=args.warmup,
                      steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
-                     threads=args.threads, quant=args.quant)
+                     threads=args.threads, quant=args.quant, tp=args.tp, allreduce=args.allreduce)
     # defaults filled here, not in the parser: importing sweep imports torch, which `floorline floor` never needs
     cells = sweep.plan(_names(args.models) if args.models else sweep.DEFAULT_MODELS, args.ctx or sweep.DEFAULT_CTXS,
                        _names(args.modes) if args.modes else sweep.DEFAULT_MODES, base)
+    if args.tp > 1 and (args.gpus or args.ray is not None):
+        raise UserError("--tp cells take several GPUs each: run them with the local executor (drop --gpus / --ray)")
     if args.gpus and args.ray is not None:
         raise UserError("--gpus and --ray both given; use one executor")
     if args.gpus and cells[0].run.device.startswith("cpu"):
@@ -242,7 +290,8 @@ def cmd_predict(args) -> int:
     a = zoo.resolve(args.model, need="config", download=args.download)
     gpu = specs.lookup(args.gpu)
     cal = predict.calibrate_from(args.from_) if args.from_ else predict.calibrate_published()
-    preds = [predict.predict(cal, a, args.ctx, gpu, m, args.dtype) for m in _names(args.mode)]
+    ar_us = _allreduce_latency(args)[0]
+    preds = [predict.predict(cal, a, args.ctx, gpu, m, args.dtype, args.tp, ar_us) for m in _names(args.mode)]
     if args.format == "json":
         out.print_json(json.dumps({"calibration": predict.format_calibration(cal), "predictions": preds}))
         return 0
@@ -259,6 +308,9 @@ def cmd_explain(args) -> int:
     from floorline import display, explain, records
 
     cfg = _run_config(args, _names(args.mode))
+    if cfg.tp > 1:
+        raise UserError("explain --tp is not implemented yet; `floorline run --tp N` records carry the per-GPU floor "
+                        "and the all-reduce term (allreduce_ms)")
     if args.profile_steps < 1:
         raise UserError(f"--profile-steps must be >= 1, got {args.profile_steps}")
     with err.status("floorline explain") as status:
@@ -286,6 +338,8 @@ def cmd_quant(args) -> int:
     if args.quant != "none":
         raise UserError("quant compares backends: give them with --backends, not --quant")
     base = _run_config(args, _names(args.mode))
+    if base.tp > 1:
+        raise UserError("quant compares backends on one GPU; drop --tp")
     cfg = quantstudy.QuantConfig(base, _names(args.backends) if args.backends else [], args.output, args.kernels,
                                  args.timeout, args.rerun)
     with err.status("floorline quant") as status:
@@ -372,9 +426,49 @@ def cmd_import(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------------- allreduce
+def cmd_allreduce(args) -> int:
+    import json as _json
+    from dataclasses import asdict
+
+    from floorline import allreduce, records, zoo
+    from floorline.launcher import run_spec
+
+    hidden = args.hidden or zoo.resolve(args.model, need="config").hidden
+    cpu = args.device.startswith("cpu")
+    cfg = allreduce.AllReduceConfig(args.tp, hidden, _names(args.backends) if args.backends else
+                                    (["gloo"] if cpu else ["nccl", "symm"]), args.dtype, args.device,
+                                    args.samples, args.per_sample)
+    allreduce.validate(cfg)
+    with err.status(f"floorline allreduce: {args.tp} ranks"):
+        recs, why = run_spec(_json.dumps({"allreduce": asdict(cfg)}), args.tp, args.timeout)
+    if not recs:
+        raise UserError(f"the {args.tp} ranks gave no record: {why}")
+    if args.output:
+        records.append(args.output, recs)
+    for r in recs:
+        line = (f"{r['us_median']:.2f} us median, {min(r['samples_us']):.2f} min" if r["valid"]
+                else f"not run: {r['reason']}")
+        out.print(f"{r['backend']:<5} {r['tp']} ranks, {r['numel']} x {r['dtype']} ({r['message_bytes']:,} B) on "
+                  f"{r['device_name']}{' in a CUDA graph' if r['in_cuda_graph'] else ''}: {line}")
+    if args.output:
+        err.print(f"{len(recs)} record(s) appended to {args.output}")
+    return 0 if not why else 1
+
+
 # ------------------------------------------------------------------------------------------------------------ main
 DOWNLOAD_HELP = ("a Hub id (org/name) not in the local cache may be downloaded: config.json, and for run the "
                  "safetensors weights (also allowed by HF_HUB_OFFLINE=0)")
+
+
+def _tp_args(p) -> None:
+    """floor's and predict's --tp: bytes per GPU plus count x latency of the all-reduces."""
+    p.add_argument("--tp", type=int, default=1, help="tensor parallelism over N GPUs: bytes per GPU + all-reduces")
+    p.add_argument("--allreduce-us", type=float, default=None, help="with --tp: one all-reduce's latency, us")
+    p.add_argument("--allreduce-from", nargs="+", metavar="RECORDS", default=None,
+                   help="with --tp: `floorline allreduce` records; the fastest backend's median "
+                        "(or --allreduce-backend)")
+    p.add_argument("--allreduce-backend", default=None, help="with --allreduce-from: nccl, symm or gloo")
 
 
 def build_parser() -> Parser:
@@ -398,6 +492,10 @@ def build_parser() -> Parser:
     opts.add_argument("--prefill-chunk", type=int, default=None,
                       help="prefill tokens per forward (default 1024 on a GPU, 256 on the CPU)")
     opts.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default: torch's choice)")
+    opts.add_argument("--tp", type=int, default=1, help="tensor parallelism over N GPUs of this host, one process "
+                                                        "per rank (default 1); native or HF's own tp plan")
+    opts.add_argument("--allreduce", default="auto", help="with --tp: nccl (default on GPUs) or symm (torch "
+                                                          "symmetric memory's one-shot); gloo on the CPU")
     opts.add_argument("--quant", default="none", help="decoder matrices: none/bf16 (default), nf4, gptq-exllamav2, "
                                                       "awq-marlin, int4-tinygemm, int4-gemlite or int4 (floorline's)")
 
@@ -422,6 +520,7 @@ def build_parser() -> Parser:
     f.add_argument("--group-size", type=int, default=128, help="elements per scale/zero group (quantised only)")
     f.add_argument("--format", choices=["table", "json"], default="table")
     f.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
+    _tp_args(f)
     f.set_defaults(fn=cmd_floor)
 
     r = sub.add_parser("run", parents=[common, cell], help="measure batch-1 decode against its floor")
@@ -485,6 +584,7 @@ def build_parser() -> Parser:
                    help="JSON-lines results to calibrate on (default: the study's published values)")
     q.add_argument("--format", choices=["text", "json"], default="text")
     q.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
+    _tp_args(q)
     q.set_defaults(fn=cmd_predict)
 
     ep = sub.add_parser("endpoint", parents=[common], help="batch-1 decode of a running OpenAI-compatible server "
@@ -530,6 +630,20 @@ def build_parser() -> Parser:
     im.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
     im.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
     im.set_defaults(fn=cmd_import)
+
+    ar = sub.add_parser("allreduce", parents=[common], help="time one hidden-vector all-reduce per backend across "
+                                                             "N GPUs (in a CUDA graph), for floor --tp and predict")
+    ar.add_argument("--tp", type=int, default=2, help="ranks, one process and one GPU each (default 2)")
+    ar.add_argument("--model", default="qwen2.5-7b", help="whose hidden size (default qwen2.5-7b: 3584)")
+    ar.add_argument("--hidden", type=int, default=None, help="the vector's length instead of a model's hidden size")
+    ar.add_argument("--dtype", default="fp32", help="fp32 (native's residual stream, default) or bf16")
+    ar.add_argument("--backends", default=None, help="comma-separated: nccl,symm (default on GPUs); gloo on the CPU")
+    ar.add_argument("--device", default="cuda", help="cuda (default) or cpu (gloo: a test of the plumbing)")
+    ar.add_argument("--samples", type=int, default=30, help="timed samples (default 30)")
+    ar.add_argument("--per-sample", type=int, default=50, help="all-reduces per sample, back to back (default 50)")
+    ar.add_argument("--timeout", type=float, default=600, help="seconds before the ranks are killed")
+    ar.add_argument("--output", help="append the records to this JSON-lines file")
+    ar.set_defaults(fn=cmd_allreduce)
 
     e = sub.add_parser("explain", parents=[common, cell], help="profile a few steps: where the gap to the floor goes")
     e.add_argument("--mode", default="all", help="modes to compare side by side, comma-separated, or all")

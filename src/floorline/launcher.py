@@ -3,6 +3,7 @@
 The configs are floorline's own (RunConfig) or a running server's (EndpointConfig, an A/B arm). The child is
 `python -m floorline.worker`, in its own process group so a timeout kills it and any compile workers
 it started. The parent reads back whatever records the child finished, even when it crashed or timed out.
+A tensor-parallel run (RunConfig.tp = N, or `floorline allreduce`) is N such children, one per rank (run_spec).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -34,28 +37,78 @@ def run_fresh(configs: list[RunConfig | EndpointConfig], tags: dict | None = Non
     """
     spec = json.dumps({"configs": [{"endpoint": asdict(c)} if isinstance(c, EndpointConfig) else asdict(c)
                                    for c in configs], "tags": tags or {}})
+    return run_spec(spec, max((getattr(c, "tp", 1) for c in configs), default=1), timeout_s, env, on_start)
+
+
+# Tensor-parallel children: NVLink multicast (NVLS) stays off; it can take a shared host's GPUs out of service.
+TP_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_spec(spec: str, ranks: int = 1, timeout_s: float | None = None, env: dict | None = None,
+             on_start: Callable[[subprocess.Popen], None] | None = None) -> tuple[list[dict], str | None]:
+    """The worker on `spec` in `ranks` fresh processes (one per tensor-parallel rank, each in its own session, all
+    seeing every GPU the parent sees; rank r takes cuda:r). Rank 0's records come back; when one rank fails or the
+    timeout passes, every rank is killed (the others would wait in a collective forever)."""
     with tempfile.TemporaryDirectory(prefix="floorline-") as d:
         out = Path(d) / "records.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "floorline.worker", spec, str(out)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                env={**os.environ, **(env or {})})
-        if on_start:
-            on_start(proc)
+        rank_env = [{}] if ranks == 1 else [
+            {**TP_ENV, "FLOORLINE_TP_RANK": str(r), "FLOORLINE_TP_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1",
+             "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),  # torchrun's names: transformers reads them
+             "MASTER_PORT": str(port), "FLOORLINE_TP_SCRATCH": str(Path(d) / "scratch")}
+            for port in [_free_port()] for r in range(ranks)]
+        procs, errs = [], []
         try:
-            _, stderr = proc.communicate(timeout=timeout_s)
-            why = None if proc.returncode == 0 else f"exit code {proc.returncode}"
-        except subprocess.TimeoutExpired:
-            kill(proc)
-            _, stderr = proc.communicate()
-            why = f"timeout after {timeout_s:.0f} s"
-        except BaseException:  # Ctrl-C in the parent: take the child down with it
-            kill(proc)
+            for r, extra in enumerate(rank_env):
+                err = open(Path(d) / f"stderr.{r}", "w+")  # files, not pipes: no rank blocks on a full pipe
+                errs.append(err)
+                dest = out if r == 0 else Path(d) / f"records.rank{r}.jsonl"
+                procs.append(subprocess.Popen([sys.executable, "-m", "floorline.worker", spec, str(dest)],
+                                              stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                              start_new_session=True, env={**os.environ, **(env or {}), **extra}))
+                if on_start:
+                    on_start(procs[-1])
+            why = _wait_all(procs, timeout_s)
+        except BaseException:  # Ctrl-C in the parent: take the children down with it
+            for p in procs:
+                kill(p)
             raise
+        finally:
+            tails = []
+            for e in errs:
+                e.seek(0)
+                tails.append(e.read())
+                e.close()
         recs = records.read(out, drop_torn_tail=True) if out.exists() else []  # a child killed mid-write
     if why:
-        tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-STDERR_TAIL_LINES:]
-        why = why + (": " + " | ".join(tail) if tail else "")
+        bad = next((i for i, p in enumerate(procs) if p.returncode not in (0, -signal.SIGKILL)), 0)
+        tail = [ln for ln in tails[bad].strip().splitlines() if ln.strip()][-STDERR_TAIL_LINES:]
+        why = why + (": " + " | ".join(tail) if tail else "") + (f" [rank {bad} of {ranks}]" if ranks > 1 else "")
     return recs, why
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float | None) -> str | None:
+    """None when every process exits 0; else why, after killing the rest."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = next((c for c in codes if c not in (None, 0)), None)
+        if failed is not None:
+            for p in procs:
+                kill(p)
+            return f"exit code {failed}"
+        if all(c == 0 for c in codes):
+            return None
+        if deadline is not None and time.monotonic() > deadline:
+            for p in procs:
+                kill(p)
+            return f"timeout after {timeout_s:.0f} s"
+        time.sleep(0.05)
 
 
 def kill(proc: subprocess.Popen) -> None:

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from floorline import bandwidth, floor, models, quant, runtimes, specs, stats, system, zoo
+from floorline import bandwidth, floor, models, quant, runtimes, specs, stats, system, tp, zoo
 from floorline.errors import UserError
 from floorline.records import SCHEMA_VERSION
 from floorline.timing import time_steps
@@ -49,6 +49,8 @@ class RunConfig:
     energy: bool = True  # the ~2 s NVML energy window after the timed steps (GPU only)
     threads: int = 0  # torch CPU threads in the measuring process; 0: torch's own choice
     kernels: bool = False  # also time the chain of decoder matrices alone (one record of kind "kernels")
+    tp: int = 1  # tensor parallelism over this many GPUs: one process per rank (launcher.run_fresh), tp.py's floor
+    allreduce: str = "auto"  # the all-reduce of a tp run: nccl or symm on GPUs, gloo on the CPU; auto: nccl / gloo
 
 
 PREFILL_CHUNK = {"cuda": 1024, "cpu": 256}  # the CPU's smaller chunks: a prefill progress line that moves
@@ -135,6 +137,10 @@ def validate(cfg: RunConfig, a: zoo.Arch, device_type: str | None = None) -> Non
         raise UserError(f"need --steps >= 2 and --warmup >= 0, got {cfg.steps} and {cfg.warmup}")
     if cfg.attn not in models.ATTN_IMPLEMENTATIONS:
         raise UserError(f"unknown attention {cfg.attn!r}; use one of {', '.join(models.ATTN_IMPLEMENTATIONS)}")
+    if cfg.tp != 1 or cfg.allreduce != "auto":
+        from floorline import tp_run
+
+        tp_run.validate(cfg, a, device_type)
     if cfg.threads < 0:
         raise UserError(f"--threads must be >= 0 (0: torch's choice), got {cfg.threads}")
     if cfg.prefill_chunk <= 0:
@@ -199,6 +205,11 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     device = resolve_device(cfg.device)
     modes = expand_modes(cfg.modes, device, cfg.quant)
     validate(replace(cfg, modes=modes), a, device.type)
+    comm = None
+    if cfg.tp > 1:  # one rank of a tensor-parallel run: join the group, take cuda:rank
+        from floorline import tp_run
+
+        comm, device = tp_run.join(cfg, device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     nvml = system.Nvml(device) if device.type == "cuda" else None
@@ -211,6 +222,8 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
             "quant": quant.canonical(cfg.quant), "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
             "prefill_chunk": cfg.prefill_chunk, "attn_implementation": cfg.attn, "floor_convention": "strict"}
     base.update(_device_info(device))
+    if comm is not None:
+        base.update(tp_run.record_base(cfg, a, comm))
     base.update(system.environment())
     if nvml is not None:
         base["driver_version"] = nvml.driver()
@@ -223,7 +236,8 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     log(f"building {a.name} ({'local weights' if a.path else 'random weights'}, {cfg.dtype}) on {device}")
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
-    model = models.build(a, device, cfg.dtype, cfg.seed, cfg.attn)
+    model = (tp_run.build(cfg, a, device, comm) if comm is not None else
+             models.build(a, device, cfg.dtype, cfg.seed, cfg.attn))
     base["build_s"] = time.perf_counter() - t0
     base["warnings"] = []
     n_params = sum(p.numel() for p in model.parameters())
@@ -275,8 +289,8 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
     a, device, base, fmt = ses.arch, ses.device, ses.base, ses.fmt
     try:
         for ctx in cfg.ctxs:
-            strict = floor.floor(a, ctx, fmt, "strict")
-            paper = floor.floor(a, ctx, fmt, "paper")
+            strict = floor.floor(a, ctx, fmt, "strict") if cfg.tp == 1 else tp.floor(a, ctx, cfg.tp, fmt, "strict")
+            paper = floor.floor(a, ctx, fmt, "paper") if cfg.tp == 1 else tp.floor(a, ctx, cfg.tp, fmt, "paper")
             max_len = cache_len(cfg, a, ctx, ses.energy)
             cell = {**base, "ctx": ctx, "max_cache_len": max_len, "floor_bytes": strict.bytes,
                     "paper_floor_bytes": paper.bytes, **{f"floor_bytes_{k}": v for k, v in strict.components.items()}}

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from floorline import floor, gguf, modes, published, records, specs, zoo
+from floorline import floor, gguf, modes, published, records, specs, tp, zoo
 from floorline.errors import UserError
 
 REPLAY_MODES = ("graph", "compile")  # no per-kernel host launch cost
@@ -359,8 +359,18 @@ def _step_ms(cal: Calibration, mode: str, nbytes: int, peak_gbps: float, layers:
     return t
 
 
-def predict(cal: Calibration, arch: zoo.Arch, ctx: int, gpu: specs.GpuSpec, mode: str, dtype: str = "bf16") -> dict:
-    """Predicted ms/step and fraction of the floor at peak, with every input the number was made from."""
+def predict(cal: Calibration, arch: zoo.Arch, ctx: int, gpu: specs.GpuSpec, mode: str, dtype: str = "bf16",
+            tp_size: int = 1, allreduce_us: float | None = None) -> dict:
+    """Predicted ms/step and fraction of the floor at peak, with every input the number was made from.
+
+    tp_size N > 1: the same calibration (one-GPU records) applied to the heaviest rank's bytes (tp.py), plus the
+    all-reduces, count x `allreduce_us` (given, or measured by `floorline allreduce`): the ranks' kernels reach the
+    same eta on their halves, and each all-reduce is a serial latency no bandwidth hides."""
+    if tp_size > 1 and allreduce_us is None:
+        raise UserError("predict --tp needs the all-reduce latency: --allreduce-us, or --allreduce-from records of "
+                        "`floorline allreduce`")
+    if tp_size > 1 and mode == ENDPOINT:
+        raise UserError("predict --tp is for floorline's own modes; a server's tensor parallelism is its own")
     if mode not in PREDICTABLE:
         raise UserError(f"unknown mode {mode!r}; use one of {', '.join(PREDICTABLE)}")
     if ctx <= 0 or ctx > arch.max_pos:
@@ -380,22 +390,28 @@ def predict(cal: Calibration, arch: zoo.Arch, ctx: int, gpu: specs.GpuSpec, mode
         if mode not in cal.launch_us_per_kernel:
             raise UserError(f"the calibration has no {mode}/graph pair to give the {mode} launch cost; pass --from "
                             f"results with both modes for the same model and ctx (`floorline run --mode {mode},graph`)")
-    fl = floor.floor(arch, ctx, floor.weight_format(dtype), cal.convention)
+    fl = (floor.floor(arch, ctx, floor.weight_format(dtype), cal.convention) if tp_size == 1 else
+          tp.floor(arch, ctx, tp_size, floor.weight_format(dtype), cal.convention))
+    ar_count = tp.allreduce_count(arch, tp_size)
+    allreduce_ms = ar_count * (allreduce_us or 0.0) / 1e3
     eta, c = cal.replay_params(mode if mode in REPLAY_MODES else "graph")
     launch_us = cal.launch_us_per_kernel.get(mode, 0.0) if mode in HOST_MODES else 0.0
     bandwidth_ms = fl.bytes / (eta * gpu.peak_gbps * 1e9) * 1e3
     launch_ms = (kernels or 0.0) * launch_us / 1e3
-    step = bandwidth_ms + c + launch_ms
+    step = bandwidth_ms + c + launch_ms + allreduce_ms
     floor_ms = fl.ms(gpu.peak_gbps)
     return {
         "model": arch.name, "ctx": ctx, "mode": mode, "dtype": dtype, "gpu_key": gpu.key, "gpu": gpu.name,
         "peak_gbps": gpu.peak_gbps, "convention": cal.convention, "floor_bytes": fl.bytes, "floor_ms_peak": floor_ms,
         "eta": eta, "bandwidth_term_ms": bandwidth_ms, "overhead_ms": c,
         "kernels_per_step": kernels, "launch_us_per_kernel": launch_us, "launch_term_ms": launch_ms,
-        "step_ms": step, "fraction_of_floor_peak": floor_ms / step, "tokens_per_s": 1e3 / step,
+        "step_ms": step, "fraction_of_floor_peak": (floor_ms + allreduce_ms) / step,  # N > 1: the all-reduces are in
+        # the floor
+        "tokens_per_s": 1e3 / step,
         "in_calibration": gpu.key in cal.gpus, "calibration_source": cal.source,
         "calibration_n_records": cal.n_records, "calibration_gpus": list(cal.gpus),
         "overhead_fitted": cal.overhead_fitted, "caveat": CAVEAT.format(gpu=gpu.name),
+        "tp": tp_size, "allreduce_count": ar_count, "allreduce_us": allreduce_us, "allreduce_term_ms": allreduce_ms,
     }
 
 
@@ -441,9 +457,12 @@ def format_prediction(pred: dict) -> str:
     lines = [
         f"predicted {p['model']} ctx {p['ctx']} {p['mode']} {p['dtype']} on {p['gpu']}: {p['step_ms']:.2f} ms/step, "
         f"{p['tokens_per_s']:.1f} tok/s, {100 * p['fraction_of_floor_peak']:.1f}% of the floor at peak",
-        f"  floor: {p['floor_bytes']:,} B ({conv}) / {p['peak_gbps']:g} GB/s = {p['floor_ms_peak']:.3f} ms",
+        f"  floor: {p['floor_bytes']:,} B ({conv}) / {p['peak_gbps']:g} GB/s = {p['floor_ms_peak']:.3f} ms"
+        + (f" per GPU of {p['tp']}, + the all-reduces {p['allreduce_term_ms']:.3f} ms" if p.get("tp", 1) > 1 else ""),
         f"  step = bytes / (eta {p['eta']:.3f} x peak) {p['bandwidth_term_ms']:.2f} ms"
-        f" + fixed {p['overhead_ms']:.2f} ms + launch {launch}",
+        f" + fixed {p['overhead_ms']:.2f} ms + launch {launch}"
+        + (f" + all-reduces {p['allreduce_count']} x {p['allreduce_us']:.2f} us = {p['allreduce_term_ms']:.3f} ms"
+           if p.get("tp", 1) > 1 else ""),
         f"  calibration: {p['calibration_source']}; {p['calibration_n_records']} records from "
         f"{', '.join(p['calibration_gpus'])}" + (" (this GPU is one of them)" if p["in_calibration"] else ""),
     ]

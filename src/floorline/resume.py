@@ -27,12 +27,15 @@ def device_kind(device: str | None) -> str:
 
 
 def cell_key(rec: dict) -> tuple:
-    """What makes two records the same cell: model, ctx, mode, quant, dtype, attention, device kind; for a running
-    server (mode endpoint): model, ctx, its URL and the model it serves (its device and weights are its own)."""
+    """What makes two records the same cell: model, ctx, mode, quant, dtype, attention, device kind, and for
+    tensor parallelism the GPU count and the all-reduce backend (one GPU: tp 1, no backend); for a running server
+    (mode endpoint): model, ctx, its URL and the model it serves (its device and weights are its own)."""
     if rec.get("mode") == "endpoint":
         return rec.get("model"), rec.get("ctx"), "endpoint", rec.get("endpoint_url"), rec.get("endpoint_served_model")
+    tp = rec.get("tp") or 1
     return (rec.get("model"), rec.get("ctx"), rec.get("mode"), rec.get("quant") or "none", rec.get("dtype"),
-            rec.get("attn_implementation") or "sdpa", device_kind(rec.get("device")))
+            rec.get("attn_implementation") or "sdpa", device_kind(rec.get("device")), tp,
+            (rec.get("allreduce_backend") or "auto") if tp > 1 else None)
 
 
 def is_cell(rec: dict) -> bool:
@@ -53,12 +56,16 @@ class Cell:
             return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": "endpoint",
                              "endpoint_url": clean_url(self.endpoint.url),
                              "endpoint_served_model": self.endpoint.served_model})
+        from floorline import tp_run
+
         return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": self.mode, "quant": self.run.quant,
-                         "dtype": self.run.dtype, "attn_implementation": self.run.attn, "device": self.run.device})
+                         "dtype": self.run.dtype, "attn_implementation": self.run.attn, "device": self.run.device,
+                         "tp": self.run.tp,
+                         "allreduce_backend": tp_run.backend(self.run, device_kind(self.run.device))})
 
     @property
     def label(self) -> str:
-        return f"{self.arch.name} ctx {self.ctx} {self.mode}"
+        return f"{self.arch.name} ctx {self.ctx} {self.mode}" + (f" tp {self.run.tp}" if self.run.tp > 1 else "")
 
 
 def done_keys(have: list[dict], *, valid_only: bool = False) -> set[tuple]:
@@ -106,6 +113,11 @@ def failure_record(cell: Cell, reason: str) -> dict:
                     "dtype": cell.endpoint.dtype, "attn_implementation": None, "device": None, "device_name": None,
                     "endpoint_url": clean_url(cell.endpoint.url),
                     "endpoint_served_model": cell.endpoint.served_model})
+    elif cell.run.tp > 1:  # the cell's key holds the split
+        from floorline import tp, tp_run
+
+        rec.update({"tp": cell.run.tp, "allreduce_backend": tp_run.backend(cell.run, device_kind(cell.run.device)),
+                    "floor_bytes": tp.floor(cell.arch, cell.ctx, cell.run.tp, weight_format(cell.run)).bytes})
     for k in records.REQUIRED_KEYS:
         rec.setdefault(k, None)
     env = {k: v for k, v in system.environment().items() if k not in ("torch_threads", "cpu_name")}

@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from floorline import floor, quant, resume, system, zoo
+from floorline import floor, quant, resume, system, tp, zoo
 from floorline.errors import UserError
 from floorline.launcher import kill
 from floorline.measure import (RunConfig, expand_modes, memory_need, resolve_device, validate, weight_format,
@@ -205,7 +205,8 @@ def dry_run_rows(cells: list[Cell], have: list[dict], peak_gbps: float | None) -
     done = resume.done_keys(have)
     rows = []
     for c in cells:
-        f = floor.floor(c.arch, c.ctx, weight_format(c.run), "strict")
+        f = (floor.floor(c.arch, c.ctx, weight_format(c.run), "strict") if c.run.tp == 1 else
+             tp.floor(c.arch, c.ctx, c.run.tp, weight_format(c.run)))  # per GPU
         need = memory_need(c.run, c.arch, c.ctx, energy=device_kind(c.run.device) == "cuda")
         rows.append({"cell": c.label, "floor_bytes": f.bytes, "floor_ms_peak": f.ms(peak_gbps),
                      "memory_bytes": sum(need), "status": "done" if c.key() in done else

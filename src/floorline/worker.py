@@ -8,6 +8,7 @@ tagged with the spec's `tags`, to OUT as it finishes. A UserError exits 2 with i
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
@@ -31,7 +32,15 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     spec, out = json.loads(argv[0]), argv[1]
     try:
+        if "allreduce" in spec:  # `floorline allreduce`: one record per backend
+            from floorline import allreduce
+
+            records.append(out, allreduce.measure(allreduce.AllReduceConfig(**spec["allreduce"])))
+            return 0
+        rank = int(os.environ.get("FLOORLINE_TP_RANK", "0"))
         for c in spec["configs"]:
+            if rank and ("endpoint" in c or c.get("tp", 1) == 1):  # a one-GPU or server arm: rank 0 alone
+                continue
             recs = (measure_endpoint(EndpointConfig(**c["endpoint"])) if "endpoint" in c
                     else measure_cells(RunConfig(**c)))
             for rec in recs:

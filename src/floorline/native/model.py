@@ -115,6 +115,10 @@ class NativeModel:
         self.pos.fill_(n)
         return logits
 
+    def _reduce(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum of a row-split product over the ranks: itself here (tp_model's all-reduces it)."""
+        return t
+
     def _prefill_chunk(self, ids, start: int) -> torch.Tensor:
         h, kv, d = self.heads, self.kv_heads, self.head_dim
         n, end = ids.numel(), start + ids.numel()
@@ -134,9 +138,9 @@ class NativeModel:
             kk = self.k_cache[i, :, :end].float().repeat_interleave(h // kv, 0)
             vv = self.v_cache[i, :, :end].float().repeat_interleave(h // kv, 0)
             o = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1), kk, vv, attn_mask=mask)
-            x = x + _mm(o.transpose(0, 1).reshape(n, h * d), lay["o"])
+            x = x + self._reduce(_mm(o.transpose(0, 1).reshape(n, h * d), lay["o"]))
             gate, up = _mm(K.rmsnorm(x, lay["ffn_norm"], self.eps), lay["gate_up"]).chunk(2, -1)
-            x = x + _mm(torch.nn.functional.silu(gate) * up, lay["down"])
+            x = x + self._reduce(_mm(torch.nn.functional.silu(gate) * up, lay["down"]))
         last = K.rmsnorm(x[-1:], self.final_norm, self.eps)
         return _mm(last, {"w": self.lm_head}).reshape(-1)
 

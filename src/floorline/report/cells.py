@@ -34,6 +34,8 @@ def variant(rec: dict) -> str:
         parts.append(f"quant={rec['quant']}")
     if rec.get("attn_implementation") not in (None, "sdpa"):
         parts.append(f"attn={rec['attn_implementation']}")
+    if (rec.get("tp") or 1) > 1:  # its floor (floor_bytes, floor_ms_*) is per GPU: the heaviest rank's
+        parts.append(f"tp={rec['tp']}/{rec.get('allreduce_backend')}")
     return "/".join(parts)
 
 

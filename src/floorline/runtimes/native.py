@@ -21,14 +21,16 @@ class Native(Runtime):
         return importlib.util.find_spec("triton") is not None
 
     def __init__(self, model: torch.nn.Module, max_cache_len: int):
-        from floorline.native.model import NativeModel
+        from floorline import tpdist
+        from floorline.native.tp_model import native_model
 
         self.model = model
         self.max_cache_len = max_cache_len
         self.device = next(model.parameters()).device
         self.prepare_s = 0.0
         self.graph = None
-        self.net = NativeModel(model, max_cache_len, ops="triton")
+        comm = tpdist.current()  # a rank of a tensor-parallel run: its shard, all-reduces in the step
+        self.net = native_model(model, max_cache_len, "triton", comm.backend if comm else "nccl")
         self.tok, self.pos = self.net.tok.view(1, 1), self.net.pos.view(1, 1)
 
     def describe(self) -> dict:
