@@ -106,7 +106,10 @@ def _rank_main(rank: int, n: int, port: int, names: list[str]) -> None:
     comm = tpdist.init(n, "cpu")
     for name in names:
         _compare(comm, zoo.ZOO[name])
-    tpdist.close()
+    torch.distributed.barrier()
+    # leave without tearing gloo down: once seen in CI, a rank aborted in teardown ("terminate called without an
+    # active exception") after every check had passed; the comparison is what this test is about
+    os._exit(0)
 
 
 def _compare(comm, a: zoo.Arch) -> None:

@@ -79,9 +79,14 @@ def current() -> Comm | None:
 
 
 def close() -> None:
+    """Leave the group together: a barrier first, so no rank tears its connections down while a peer still has an
+    operation in flight (gloo then aborts the peer: "terminate called without an active exception")."""
     global _COMM
     if dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
     _COMM = None
 
 
