@@ -168,7 +168,7 @@ def time_allreduce(ar: AllReduce, samples: int = 30, per_sample: int = 50, warmu
     """Microseconds per all-reduce, one value per sample. On a GPU `per_sample` back-to-back all-reduces are one
     CUDA graph and a sample is one replay (no launch overhead, as in the decode step's graph); on the CPU, plain
     calls."""
-    from floorline.timing import capture_graph, time_steps
+    from floorline.timing import time_captured
 
     ar.src.normal_()
 
@@ -176,16 +176,6 @@ def time_allreduce(ar: AllReduce, samples: int = 30, per_sample: int = 50, warmu
         for _ in range(per_sample):
             ar.run()
 
-    if ar.comm.device.type == "cuda":
-        graph = capture_graph(body, warmup)
-        for _ in range(warmup):
-            graph.replay()
-        dist.barrier()
-        torch.cuda.synchronize()
-        ms = time_steps(graph.replay, samples, ar.comm.device)
-    else:
-        for _ in range(warmup):
-            body()
-        dist.barrier()
-        ms = time_steps(body, samples, ar.comm.device)
+    dist.barrier()  # the ranks start together; each all-reduce then keeps them in step
+    ms = time_captured(body, warmup, samples, ar.comm.device)
     return [m * 1e3 / per_sample for m in ms]

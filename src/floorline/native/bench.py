@@ -15,7 +15,7 @@ import torch
 
 
 def chain_us(calls) -> float:
-    """Median microseconds per call of `calls` (closures) in one CUDA graph (runtimes.base.graph_ms)."""
+    """Median microseconds per call of `calls` (closures) in one CUDA graph (timing.graph_ms)."""
     from floorline.timing import graph_ms
 
     return graph_ms(calls) * 1e3

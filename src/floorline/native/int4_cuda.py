@@ -12,8 +12,9 @@ so the fp16 inputs are normalised (no overflow from a large residual stream).
 
 Fusions, as the Triton GEMV has them: RMSNorm prologue, bias, silu(gate) * up (a block holds gate tile t and up tile
 t), y += W x in place (the residual stream), split-K over blocks with fp32 atomics where the output is that residual.
-Launch parameters (warps a block, groups in flight a warp, splits) are tuned per shape with floorline's cold-L2
-graph timer before a CUDA graph is captured. Programmatic dependent launch: a block issues its first weight loads,
+Launch parameters (warps a block; register prefetch of 1-4 groups or a cp.async ring of 3-8 in shared memory;
+splits; or the flat kernel, a warp owning whole row blocks) are tuned per shape with floorline's cold-L2 graph timer
+before a CUDA graph is captured. Programmatic dependent launch: a block issues its first weight loads,
 then waits for the previous kernel (griddepcontrol), as the Triton kernels do.
 Numerics: each input is split into two fp16 halves, hi + lo (about 22 bits), fed as columns 0 and 1 of the product's
 B operand (mma.m16n8k16 computes 8 columns; batch 1 uses 2 of them at no extra instruction); products and sums in
@@ -184,6 +185,26 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {  // to 
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
+// A row's finished sums into y: silu(gate) * up with GLU (v[1] the up row), the residual added in place (ACC;
+// atomically with split-K), or stored (fp32, or bf16 with YBF16)
+__device__ __forceinline__ void put_y(void* Y, int row, const float* v) {
+#if GLU
+  const float out = v[0] / (1.f + expf(-v[0])) * v[1];
+#else
+  const float out = v[0];
+#endif
+#if ATOMIC
+  atomicAdd((float*)Y + row, out);
+#elif ACC
+  ((float*)Y)[row] += out;
+#elif YBF16
+  u32 bits;
+  asm("{ .reg .b16 h; cvt.rn.bf16.f32 h, %1; mov.b32 %0, {h, h}; }" : "=r"(bits) : "f"(out));
+  ((unsigned short*)Y)[row] = (unsigned short)bits;
+#else
+  ((float*)Y)[row] = out;
+#endif
+}
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -317,23 +338,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
       if (blockIdx.y == 0) v[t] += B[(t == 0 ? blockIdx.x : blockIdx.x + NT / 2) * 16 + i];
 #endif
     }
-    const int row = blockIdx.x * 16 + i;
-#if GLU
-    const float out = v[0] / (1.f + expf(-v[0])) * v[1];
-#else
-    const float out = v[0];
-#endif
-#if ATOMIC
-    atomicAdd((float*)Y + row, out);
-#elif ACC
-    ((float*)Y)[row] += out;
-#elif YBF16
-    u32 bits;
-    asm("{ .reg .b16 h; cvt.rn.bf16.f32 h, %1; mov.b32 %0, {h, h}; }" : "=r"(bits) : "f"(out));
-    ((unsigned short*)Y)[row] = (unsigned short)bits;
-#else
-    ((float*)Y)[row] = out;
-#endif
+    put_y(Y, blockIdx.x * 16 + i, v);
   }
 }
 
@@ -411,20 +416,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
                 v[r] += B[r ? row + N / 2 : row];
 #endif
               }
-#if GLU
-              const float out = v[0] / (1.f + expf(-v[0])) * v[1];
-#else
-              const float out = v[0];
-#endif
-#if ACC
-              ((float*)Y)[row] += out;
-#elif YBF16
-              u32 bits;
-              asm("{ .reg .b16 h; cvt.rn.bf16.f32 h, %1; mov.b32 %0, {h, h}; }" : "=r"(bits) : "f"(out));
-              ((unsigned short*)Y)[row] = (unsigned short)bits;
-#else
-              ((float*)Y)[row] = out;
-#endif
+              put_y(Y, row, v);  // (no split in the flat kernel: ATOMIC never set)
             }
           }
 #pragma unroll
@@ -471,7 +463,6 @@ class _LaunchConfig(ctypes.Structure):
 # code word, relative error ~1e-4; measured on the H200 no faster per step: qwen2.5-7b int4 2.01 ms against 1.87 ms)
 ZERO_POINT = os.environ.get("FLOORLINE_INT4_ZERO", "sub")
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
-_MAX_DYNAMIC_SHARED = 8  # CUfunction_attribute
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -601,8 +592,13 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
         attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
         attr.value[0] = 1  # programmaticStreamSerializationAllowed
         cfg.attrs, cfg.nattrs = ctypes.pointer(attr), 1
-    libcuda = torch.cuda._utils._get_gpu_runtime_library()
-    torch.cuda._utils._check_cuda(libcuda.cuLaunchKernelEx(ctypes.byref(cfg), kern.func, args, None))
+    torch.cuda._utils._check_cuda(_libcuda().cuLaunchKernelEx(ctypes.byref(cfg), kern.func, args, None))
+
+
+@functools.lru_cache(maxsize=None)
+def _libcuda():
+    """The driver library, loaded once (eager modes launch the GEMV once per matrix per step)."""
+    return torch.cuda._utils._get_gpu_runtime_library()
 
 
 _BEST: dict = {}  # (device, shape, switches) -> the tuned config
