@@ -115,6 +115,20 @@ for stage in "${stages[@]}"; do
           python3 -m floorline.native.bench --only "$1" --int4-config "$2" > "$OUT/ncu_$1_$2.txt" 2>&1
         echo "== ncu $1 $2"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed|dram__bytes|Stall|Block Limit" "$OUT/ncu_$1_$2.txt" | head -30
       done ;;
+    pdl)  # issues #13, #14: when a kernel lets the next one launch (FLOORLINE_PDL), A/B'd on the native steps of
+          # qwen2.5-7b at ctx 2048, int4 and bf16 (one process a cell); ATTN_SWEEP=1 adds the attention kernel's
+          # chunk x tile x warps x stages
+      for mode in ${PDL_MODES:-late after-wait}; do
+        for q in int4 none; do
+          FLOORLINE_PDL=$mode fl run --model qwen2.5-7b --ctx 2048 --quant $q --mode native \
+            --output "$OUT/pdl_$mode.jsonl" >> "$OUT/pdl.log" 2>&1
+        done
+        echo "PDL $mode: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/pdl_$mode.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
+      done
+      if [ -n "${ATTN_SWEEP:-}" ]; then
+        python3 -m floorline.native.bench --only attention --attn-sweep --json "$OUT/attn.json" > "$OUT/attn.log" 2>&1
+        grep "|" "$OUT/attn.log" | sort -t'|' -k2,2 -k7,7n | head -80
+      fi ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"

@@ -81,6 +81,7 @@ def _agreement(name, quant_name, ctx: int, steps: int):
 
 def test_native_runtime_replays_real_tokens():
     """Graph replays advance the position and give the tokens the torch reference ops give from the same state."""
+    from floorline.native import kernels as K
     from floorline.native.model import NativeModel
 
     a = zoo.ZOO["tiny-llama"]
@@ -101,7 +102,7 @@ def test_native_runtime_replays_real_tokens():
             toks.append(int(rt.tok.item()))
             want.append(int(ref.tok.item()))
     assert int(rt.pos.item()) == 100 + rt.prepare_tokens + 10 == int(ref.pos.item())
-    assert rt.describe()["native_pdl"] in ("off", "early", "late") and rt.describe()["native_attn_chunk"] >= 64
+    assert rt.describe()["native_pdl"] in K.PDL_MODES and rt.describe()["native_attn_chunk"] >= 64
     assert toks == want
     rt.close()
 

@@ -63,7 +63,8 @@ def main(argv=None) -> int:
                    help="time every int4 GEMV launch config (CUDA) and, with --triton-tiles, every Triton tile of "
                         "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
     p.add_argument("--triton-tiles", action="store_true", help="with --gemv-sweep: the Triton tiles too")
-    p.add_argument("--only", default=None, help="GEMV shapes whose name contains this (e.g. gate_up); no attention")
+    p.add_argument("--only", default=None,
+                   help="GEMV shapes whose name contains this (e.g. gate_up; no attention), or `attention` alone")
     p.add_argument("--int4-config", default=None, help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
               "down (+res)": (a.hidden, a.intermediate, K.PRO_NONE),
               "lm_head (norm)": (a.vocab, a.hidden, K.PRO_RMSNORM)}
     if args.only:
-        shapes = {k: v for k, v in shapes.items() if args.only in k}
+        shapes = {k: v for k, v in shapes.items() if args.only in k and args.only != "attention"}
     if args.int4_config:
         from floorline.native import int4_cuda
 
@@ -117,12 +118,13 @@ def main(argv=None) -> int:
                 row["cublas_gbps"] = nbytes / cub / 1e3
             rows.append(row)
             del ops
-    for ctx in () if args.only else (2048, 16384):
-        tiles = [(None, None, None)]  # the defaults, then (with --attn-sweep) chunk x tile x warps
+    for ctx in () if args.only not in (None, "attention") else (2048, 16384):
+        tiles = [(None, None, None, None)]  # the defaults, then (with --attn-sweep) chunk x tile x warps x stages
         if args.attn_sweep:
-            tiles += [(c, t, w) for c in (32, 64, 128, 256) for t in (32, 64, 128) for w in (4, 8) if t <= c]
-        for chunk, tile, warps in tiles:
-            rows.append(_attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps))
+            tiles += [(c, t, w, st) for c in (64, 128, 256, 512) for t in (64, 128) for w in (4, 8)
+                      for st in (1, 3) if t <= c and (st == 3 or t < c)]
+        for chunk, tile, warps, stages in tiles:
+            rows.append(_attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages))
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_gbps:.0f} GB/s measured; {a.name} shapes")
     print(f"PDL {K.pdl_name()}; per call: median of 20 replays of a graph of calls on distinct copies")
     print("| kernel | format | shape | config | us | MB | GB/s | % of copy bw | cuBLAS bf16 GB/s | rel err |")
@@ -211,16 +213,16 @@ def _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, json_path, triton_tiles: boo
 ATTN_TOLERANCE = 2e-2  # q and the probabilities go through bf16 tensor-core products
 
 
-def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps) -> dict:
+def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages) -> dict:
     nbytes = 2 * kv * ctx * d * 2
     qkv = torch.randn((h + 2 * kv) * d, device=dev)
     cos, sin = K.rope_tables(torch.rand(d // 2, device=dev), ctx + 64, 1.0, dev)
     pos = torch.tensor([ctx - 1], device=dev, dtype=torch.int32)
-    sc = K.AttnScratch(h, kv, d, ctx + 64, dev, chunk=chunk, tile=tile, warps=warps)
+    sc = K.AttnScratch(h, kv, d, ctx + 64, dev, chunk=chunk, tile=tile, warps=warps, stages=stages)
     caches = [(torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16),
                torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16)) for _ in range(_copies(nbytes))]
     row = {"kernel": f"rope+kv+attention ctx {ctx}", "format": "bf16 KV", "shape": f"{h}q/{kv}kv x {d}",
-           "bytes": nbytes, "cublas_gbps": None, "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps}"}
+           "bytes": nbytes, "cublas_gbps": None, "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps} s{sc.stages}"}
     # checked before it is timed, on copies of the first cache: RoPE, the KV write and the attention
     kr, vr = caches[0][0].clone(), caches[0][1].clone()
     want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, pos, kr, vr, h, kv, d), kr, vr, pos, d ** -0.5)

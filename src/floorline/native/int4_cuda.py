@@ -210,12 +210,16 @@ __device__ __forceinline__ void put_y(void* Y, int row, const float* v) {
 
 // WARPS a block; RT row tiles a block (2 with GLU: gate tile t and up tile t); U groups in flight a warp;
 // PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
-// XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch
+// XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch, the next kernel
+// let launch at the start (1), after the main loop (2) or once this one has waited for its predecessor (3)
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
           const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
           void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
+#if PDL == 1
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   float* red = (float*)smem4;                  // WARPS * 16 partial sums, then 32 for the norm
   uint4* xs4 = smem4 + WARPS * 4 + 8;          // the block's inputs, fp16, in B-fragment order
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
@@ -251,6 +255,9 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #if PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+#if PDL == 3
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
   const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
@@ -283,6 +290,9 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
 #if PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#if PDL == 3
+  asm volatile("griddepcontrol.launch_dependents;");
 #endif
   stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
@@ -319,7 +329,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
     }
   }
 #endif
-#if PDL
+#if PDL == 2
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
   if (tq == 0) {  // lane (g, 0) holds its rows' sums
@@ -351,6 +361,9 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
                const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
                void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
+#if PDL == 1
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   float* red = (float*)smem4;
   uint4* xs4 = smem4 + 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
@@ -377,6 +390,9 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
     if (u < items) FLAT_LOAD(w[u], sc[u], zc[u], u);
 #if PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#if PDL == 3
+  asm volatile("griddepcontrol.launch_dependents;");
 #endif
   stage_x(X, NW, K, eps, 0, NG, xs4, red, lane, warp);
   __syncthreads();
@@ -431,7 +447,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
         w[u][r][0] = wn[u][r][0]; w[u][r][1] = wn[u][r][1]; sc[u][r] = sn[u][r]; zc[u][r] = zn[u][r];
       }
   }
-#if PDL
+#if PDL == 2
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
@@ -529,7 +545,8 @@ def cache_dir() -> Path:
 def _cubin(flags: tuple, config: tuple, arch: str) -> bytes:
     """compile_source through the on-disk cache, keyed by the source, the switches, the config, the arch and the
     NVRTC library (a changed source or toolkit compiles anew)."""
-    key = hashlib.sha256(repr((SOURCE, ZERO_POINT, flags, config, arch, torch.version.cuda)).encode()).hexdigest()
+    key = hashlib.sha256(repr((SOURCE, ZERO_POINT, flags, config, arch, torch.version.cuda)).encode()
+                         ).hexdigest()
     path = cache_dir() / f"{key[:32]}.cubin"
     try:
         return path.read_bytes()

@@ -41,6 +41,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 PRO_NONE, PRO_RMSNORM = 0, 1
 ATTN_CHUNK = 64  # cache positions per attention program (the least; more at long contexts)
 ATTN_BL = 64  # positions per inner tile
+ATTN_STAGES = 3  # the tile loop's software-pipeline depth (Triton's default for a loop)
 
 
 # ------------------------------------------------------------------------------------------- torch references
@@ -104,17 +105,20 @@ def ref_attention(q, k_cache, v_cache, pos, scale):
 
 
 # ------------------------------------------------------------------------------------------------------ Triton
-PDL_MODES = {"off": 0, "early": 1, "late": 2}
+PDL_MODES = {"off": 0, "early": 1, "late": 2, "after-wait": 3}
 
 
 def _pdl_default() -> int:
     """Programmatic dependent launch (Hopper and newer): a kernel's programs may start, and load their constant
     weights, while the previous kernel finishes; they wait (griddepcontrol.wait) before touching its outputs.
-    FLOORLINE_PDL picks when a kernel lets the next one launch: `late` (after its main loop, the default), `early`
-    (at its start) or `off` (plain stream order)."""
+    FLOORLINE_PDL picks when a kernel lets the next one launch: `after-wait` (the default: as soon as it has waited
+    for its own predecessor; one kernel ahead, its programs resident and their first loads in flight while this one
+    runs), `late` (after its main loop), `early` (at its start: the next kernel may let the one after it launch too, a
+    chain of waiting programs holding the SMs) or `off` (plain stream order). On the H200, qwen2.5-7b ctx 2048:
+    after-wait 1.739 ms int4, 3.769 ms bf16; late 1.840, 3.838 (results/h200/native/pdl_*.jsonl)."""
     if INTERPRET or triton is None or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         return 0
-    mode = os.environ.get("FLOORLINE_PDL", "late")
+    mode = os.environ.get("FLOORLINE_PDL", "after-wait")
     if mode not in PDL_MODES:
         from floorline.errors import UserError
 
@@ -231,6 +235,8 @@ if triton is not None:
             ss = tl.zeros([BK], dtype=tl.float32)
         if PDL:
             tl.extra.cuda.gdc_wait()
+        if PDL == 3:
+            tl.extra.cuda.gdc_launch_dependents()
         if STAGES:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
             for k0 in tl.range(kb, ke, BK, num_stages=STAGES):
                 if INT4:
@@ -324,21 +330,46 @@ if triton is not None:
         return x * tl.load(COS + pos * D + d)[None, :] + sign[None, :] * partner * tl.load(SIN + pos * D + d)[None, :]
 
     @triton.jit
+    def _attn_tile(q, k, v, live, m, l, acc, DOT_F32: tl.constexpr):
+        """One tile of positions into the online softmax: k, v (BL, D) with dead rows zeroed, live (BL,) masks them."""
+        if DOT_F32:  # the interpreter multiplies bf16 operands of tl.dot as raw bits: give it fp32
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k))
+        s = tl.where(live[None, :], s, -1e30)
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.where(live[None, :], tl.exp(s - m_new[:, None]), 0.0)
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        return m_new, l, acc
+
+    @triton.jit
     def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
                     H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                    CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr):
-        """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk)."""
+                    CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
+                    STAGES: tl.constexpr = 3):
+        """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
+        tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
+        `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step."""
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
-        if PDL:
-            tl.extra.cuda.gdc_wait()
         kvh = tl.program_id(0)
         c = tl.program_id(1)
         pos = tl.load(POS)
         start = c * CHUNK
+        d = tl.arange(0, D)
+        rl = start + tl.arange(0, BL)
+        old = rl < pos  # (all false for a chunk past the position: no bytes moved)
+        base = kvh * stride_kh + rl[:, None] * D + d[None, :]
+        k0 = tl.load(KC + base, mask=old[:, None], other=0.0)
+        v0 = tl.load(VC + base, mask=old[:, None], other=0.0)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+        if PDL == 3:
+            tl.extra.cuda.gdc_launch_dependents()
         if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
             g = tl.arange(0, GP)
-            d = tl.arange(0, D)
             one = tl.arange(0, 1)
             q = _rope(QKV, COS, SIN, pos, kvh * G + g, d, (g < G)[:, None], D)  # the group's query heads
             q = (q * scale).to(KC.dtype.element_ty)
@@ -349,29 +380,22 @@ if triton is not None:
             if pos < start + CHUNK:
                 tl.store(KC + kvh * stride_kh + pos * D + d[None, :] + one[:, None] * 0, k_new)
                 tl.store(VC + kvh * stride_kh + pos * D + d[None, :] + one[:, None] * 0, v_new)
-            if DOT_F32:  # the interpreter multiplies bf16 operands of tl.dot as raw bits: give it fp32
+            if DOT_F32:
                 q = q.to(tl.float32)
             m = tl.full([GP], -1e30, dtype=tl.float32)
             l = tl.zeros([GP], dtype=tl.float32)
             acc = tl.zeros([GP, D], dtype=tl.float32)
-            for off in range(0, CHUNK, BL):
+            k = tl.where((rl == pos)[:, None], k_new, k0)
+            v = tl.where((rl == pos)[:, None], v_new, v0)
+            m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
+            # the chunk's further tiles, STAGES deep in Triton's software pipeline (3: its default for any loop)
+            for off in tl.range(BL, CHUNK, BL, num_stages=STAGES):
                 rl = start + off + tl.arange(0, BL)
                 old = rl < pos
                 base = kvh * stride_kh + rl[:, None] * D + d[None, :]
                 k = tl.where((rl == pos)[:, None], k_new, tl.load(KC + base, mask=old[:, None], other=0.0))
                 v = tl.where((rl == pos)[:, None], v_new, tl.load(VC + base, mask=old[:, None], other=0.0))
-                if DOT_F32:
-                    k = k.to(tl.float32)
-                    v = v.to(tl.float32)
-                live = rl <= pos
-                s = tl.dot(q, tl.trans(k))
-                s = tl.where(live[None, :], s, -1e30)
-                m_new = tl.maximum(m, tl.max(s, 1))
-                p = tl.where(live[None, :], tl.exp(s - m_new[:, None]), 0.0)
-                alpha = tl.exp(m - m_new)
-                l = l * alpha + tl.sum(p, 1)
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-                m = m_new
+                m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
             if PDL == 2:
                 tl.extra.cuda.gdc_launch_dependents()
             o = (kvh * NCHUNK + c) * GP + g
@@ -388,6 +412,8 @@ if triton is not None:
             tl.extra.cuda.gdc_launch_dependents()
         if PDL:
             tl.extra.cuda.gdc_wait()
+        if PDL == 3:
+            tl.extra.cuda.gdc_launch_dependents()
         h = tl.program_id(0)
         kvh = h // G
         nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos
@@ -477,9 +503,10 @@ def _cold_bench(call, reps: int = 8) -> list[float]:
     from floorline.timing import graph_ms
 
     dev = torch.device("cuda", torch.cuda.current_device())
-    if dev not in _FLUSH:
-        _FLUSH[dev] = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.int8,
-                                  device=dev)
+    if dev not in _FLUSH:  # a normal tensor even when first asked for under inference_mode (written outside it too)
+        with torch.inference_mode(False):
+            _FLUSH[dev] = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size, dtype=torch.int8,
+                                      device=dev)
     buf = _FLUSH[dev]
     both = graph_ms([lambda: (buf.zero_(), call())] * reps, 5)
     ms = max(both - graph_ms([buf.zero_] * reps, 5), 0.0)
@@ -502,17 +529,19 @@ def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
 
 class AttnScratch:
     """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep. The chunk
-    (positions per program), tile (positions per inner step) and warps default to attn_chunk_len's and ATTN_BL."""
+    (positions per program), tile (positions per inner step), warps and pipeline stages of the tile loop default to
+    attn_chunk_len's, ATTN_BL, 8 warps and ATTN_STAGES."""
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int | None = None,
-                 tile: int | None = None, warps: int | None = None):
+                 tile: int | None = None, warps: int | None = None, stages: int | None = None):
         device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
         self.chunk = chunk or (ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms))
         self.tile = min(tile or ATTN_BL, self.chunk)
-        self.warps = warps or (8 if self.chunk >= 256 else 4)  # measured on the H200 (bench --attn-sweep)
+        self.warps = warps or 8  # measured on the H200 (bench --attn-sweep: 7.1 us against 8.0 with 4 at ctx 2048)
+        self.stages = stages or ATTN_STAGES
         self.nchunk = -(-length // self.chunk)
         shape = (kv_heads, self.nchunk, self.gp)
         self.m = torch.empty(shape, device=device, dtype=torch.float32)
@@ -529,7 +558,8 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
                                             scale, k_cache.stride(0), scratch.nchunk, H=heads, KVH=kv_heads,
                                             G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk, BL=scratch.tile,
-                                            DOT_F32=INTERPRET, PDL=pdl, num_warps=scratch.warps, **_launch(pdl))
+                                            DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages, num_warps=scratch.warps,
+                                            **_launch(pdl))
     _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, G=scratch.g,
                           GP=scratch.gp, D=d, CHUNK=scratch.chunk, CB=min(64, triton.next_power_of_2(scratch.nchunk)),
                           PDL=pdl, **_launch(pdl))
