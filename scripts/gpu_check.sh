@@ -129,6 +129,20 @@ for stage in "${stages[@]}"; do
         python3 -m floorline.native.bench --only attention --attn-sweep --json "$OUT/attn.json" > "$OUT/attn.log" 2>&1
         grep "|" "$OUT/attn.log" | sort -t'|' -k2,2 -k7,7n | head -80
       fi ;;
+    int4-zero)  # issue #13: how the int4 CUDA GEMV takes off the zero point (FLOORLINE_INT4_ZERO), A/B'd on the native
+                # int4 steps at ctx 2048 (one process a cell); then the GEMV table (each row checked) with each
+      for z in ${INT4_ZEROS:-sub sum subnormal}; do
+        for m in ${INT4_MODELS:-qwen2.5-7b}; do
+          FLOORLINE_INT4_ZERO=$z fl run --model $m --ctx 2048 --quant int4 --mode native \
+            --output "$OUT/int4_zero_$z.jsonl" >> "$OUT/int4_zero.log" 2>&1
+        done
+        echo "zero point $z: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_zero_$z.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
+      done
+      for z in ${INT4_ZEROS:-sub sum subnormal}; do
+        FLOORLINE_INT4_ZERO=$z python3 -m floorline.native.bench --only "${BENCH_ONLY:-(}" \
+          --json "$OUT/int4_zero_bench_$z.json" > "$OUT/int4_zero_bench_$z.log" 2>&1
+        echo "zero point $z:"; grep "int4 cuda" "$OUT/int4_zero_bench_$z.log"
+      done ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"

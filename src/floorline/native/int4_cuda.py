@@ -38,9 +38,13 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 __device__ __forceinline__ u32 magic(u32 w, u32 mask) {  // (w & mask) | 0x64006400: two codes as fp16 1024 + c
+#if SUMZ == 2
+  return w & mask;  // two codes as fp16 subnormals: c 2^-24 (exact; the tensor cores keep fp16 subnormals)
+#else
   u32 r;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(mask), "r"(0x64006400u));
   return r;
+#endif
 }
 __device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
   u32 r;
@@ -79,7 +83,8 @@ __device__ __forceinline__ void put_x(float4 v, int i, u32* xs, u32* xl, float* 
 #endif
 }
 // a fragment pair of codes: SUMZ 0: (1024 + c) - (1024 + z) = c - z exactly, by one packed subtraction;
-// SUMZ 1: 1024 + c as it is, the offset (1024 + z) * sum(x) of the group taken off the fp32 sums once per group
+// SUMZ 1: 1024 + c as it is, the offset (1024 + z) * sum(x) of the group taken off the fp32 sums once per group;
+// SUMZ 2: c 2^-24 (an fp16 subnormal, no offset to cancel), z * sum(x) taken off once per group and row
 #if SUMZ
 #define FRAG(q, mask, m) magic(q, mask)
 #else
@@ -167,12 +172,17 @@ __device__ __forceinline__ void group_dot(uint4 w0, uint4 w1, u32 s, u32 z, cons
           FRAG(qh, 0x00F000F0u, m1), bx[2 * j], bx[2 * j + 1]);
     }
   }
+#if SUMZ == 2
+  y0 += bf_lo(s) * (16777216.f * (c[0] + c[1]) - bf_lo(z) * xsg);  // 2^24: the codes' subnormal scale
+  y1 += bf_hi(s) * (1048576.f * (c[2] + c[3]) - bf_hi(z) * xsg);   // 2^20: rows g + 8 sit 16x higher
+#else
 #if SUMZ
   c[0] -= (1024.f + bf_lo(z)) * xsg;
   c[2] -= (1024.f + 16.f * bf_hi(z)) * xsg;
 #endif
   y0 += bf_lo(s) * (c[0] + c[1]);  // lane (g, 0): rows g, g + 8 x columns 0 (hi), 1 (lo)
   y1 += bf_hi(s) * 0.0625f * (c[2] + c[3]);
+#endif
 }
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u64 a;
@@ -275,19 +285,27 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 #else
-  uint4 w[U][2];
-  u32 sc[U], zc[U];
-  int G = g0 + ks;
-#pragma unroll
-  for (int u = 0; u < U; u++) {  // the first weights are in flight before the previous kernel is waited for
-    const int Gu = G + u * NKS;
-    if (Gu < g1) {
-      w[u][0] = ld_stream(wt + (size_t)(2 * Gu) * 32);
-      w[u][1] = ld_stream(wt + (size_t)(2 * Gu + 1) * 32);
-      sc[u] = st[Gu * 8];
-      zc[u] = zt[Gu * 8];
-    }
+  // the warp's groups g0 + ks + i NKS, i < mine, through two register buffers of U groups in turn (ping-pong: no
+  // copies); group i's codes at wq + i WS, its scale and zero at sq, zq + i SS (one 64-bit base, 32-bit offsets)
+  const int mine = ng > ks ? (ng - ks + NKS - 1) / NKS : 0;
+  constexpr int WS = 64 * NKS, SS = 8 * NKS;
+  const uint4* wq = wt + (size_t)(2 * (g0 + ks)) * 32;
+  const u32* sq = st + (g0 + ks) * 8;
+  const u32* zq = zt + (g0 + ks) * 8;
+  uint4 wa[U][2], wb[U][2];
+  u32 sa[U], za[U], sb[U], zb[U];
+#define LOADG(wv, sv, zv, i, o)  /* groups i + o + u, at the running pointers + (o + u) strides */ \
+  _Pragma("unroll") for (int u = 0; u < U; u++) {                                          \
+    if ((i) + (o) + u < mine) {                                                            \
+      wv[u][0] = ld_stream(pw + ((o) + u) * WS);                                           \
+      wv[u][1] = ld_stream(pw + ((o) + u) * WS + 32);                                      \
+      sv[u] = ps[((o) + u) * SS];                                                          \
+      zv[u] = pz[((o) + u) * SS];                                                          \
+    }                                                                                      \
   }
+  const uint4* pw = wq;
+  const u32 *ps = sq, *pz = zq;
+  LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
 #if PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -296,37 +314,29 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #endif
   stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
-  // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi
-  const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
-  for (; G < g1; G += U * NKS) {
-    uint4 wn[U][2];
-    u32 sn[U], zn[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {  // the next round's weights load while this round's are used
-      const int Gn = G + (U + u) * NKS;
-      if (Gn < g1) {
-        wn[u][0] = ld_stream(wt + (size_t)(2 * Gn) * 32);
-        wn[u][1] = ld_stream(wt + (size_t)(2 * Gn + 1) * 32);
-        sn[u] = st[Gn * 8];
-        zn[u] = zt[Gn * 8];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int Gu = G + u * NKS;
-      if (Gu < g1) {
+  // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi; the warp's
+  // group i at xw + i XS
+  const uint4* xw = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2 + 16 * ks;
+  constexpr int XS = 16 * NKS;
 #if SUMZ
-        const float xsg = ((const float*)(xs4 + ng * 32))[Gu - g0];
+  const float* xsum = (const float*)(xs4 + ng * 32) + ks;
+#define XSG(i) xsum[(i) * NKS]
 #else
-        const float xsg = 0.f;
+#define XSG(i) 0.f
 #endif
-        group_dot(w[u][0], w[u][1], sc[u], zc[u], xq + 2 * (Gu - g0) * 8, xsg, y0, y1);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      w[u][0] = wn[u][0]; w[u][1] = wn[u][1]; sc[u] = sn[u]; zc[u] = zn[u];
-    }
+#define DOTG(wv, sv, zv, i, o)                                                                   \
+  _Pragma("unroll") for (int u = 0; u < U; u++) {                                                \
+    if ((i) + (o) + u < mine)                                                                    \
+      group_dot(wv[u][0], wv[u][1], sv[u], zv[u], px + ((o) + u) * XS, XSG((i) + (o) + u), y0, y1); \
+  }
+  const uint4* px = xw;
+  // the next buffer's loads are in flight while this one is used; the pointers advance a round (2 U groups)
+  for (int i = 0; i < mine; i += 2 * U, pw += 2 * U * WS, ps += 2 * U * SS, pz += 2 * U * SS, px += 2 * U * XS) {
+    LOADG(wb, sb, zb, i, U);
+    DOTG(wa, sa, za, i, 0);
+    if (i + U >= mine) break;
+    LOADG(wa, sa, za, i, 2 * U);
+    DOTG(wb, sb, zb, i, U);
   }
 #endif
 #if PDL == 2
@@ -475,8 +485,11 @@ class _LaunchConfig(ctypes.Structure):
 
 
 # how the zero point is taken off: "sub" (default: a packed fp16 subtraction a fragment pair; exact codes, relative
-# error ~3e-7 on the H200) or "sum" (once per group and row from the group's input sum: four fewer instructions a
-# code word, relative error ~1e-4; measured on the H200 no faster per step: qwen2.5-7b int4 2.01 ms against 1.87 ms)
+# error ~3e-7 on the H200), "sum" (codes as 1024 + c, the offset taken off once per group and row from the group's
+# input sum: four fewer instructions a code word, relative error ~1e-4; measured on the H200 no faster per step:
+# qwen2.5-7b int4 2.01 ms against 1.87 ms) or "subnormal" (codes as fp16 subnormals c 2^-24, one AND a pair, no
+# offset to cancel; z sum(x) taken off once per group and row)
+ZERO_POINTS = {"sub": 0, "sum": 1, "subnormal": 2}
 ZERO_POINT = os.environ.get("FLOORLINE_INT4_ZERO", "sub")
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
@@ -507,7 +520,7 @@ def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
     warps, ahead, stages = config[0], config[1], config[4]
     defines = dict(STAGES=stages, WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic,
-                   XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=int(ZERO_POINT == "sum"), XPT=xpt)
+                   XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
