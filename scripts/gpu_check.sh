@@ -139,7 +139,7 @@ for stage in "${stages[@]}"; do
         echo "zero point $z: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_zero_$z.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
       done
       for z in ${INT4_ZEROS:-sub sum subnormal}; do
-        FLOORLINE_INT4_ZERO=$z python3 -m floorline.native.bench --only "${BENCH_ONLY:-(}" \
+        FLOORLINE_INT4_ZERO=$z python3 -m floorline.native.bench --only "qkv,o (,gate_up,down" --formats "int4 cuda" \
           --json "$OUT/int4_zero_bench_$z.json" > "$OUT/int4_zero_bench_$z.log" 2>&1
         echo "zero point $z:"; grep "int4 cuda" "$OUT/int4_zero_bench_$z.log"
       done ;;

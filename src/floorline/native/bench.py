@@ -64,7 +64,10 @@ def main(argv=None) -> int:
                         "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
     p.add_argument("--triton-tiles", action="store_true", help="with --gemv-sweep: the Triton tiles too")
     p.add_argument("--only", default=None,
-                   help="GEMV shapes whose name contains this (e.g. gate_up; no attention), or `attention` alone")
+                   help="GEMV shapes whose name contains one of these (comma-separated, e.g. gate_up,down; no "
+                        "attention), or `attention` alone")
+    p.add_argument("--formats", default=None,
+                   help="comma-separated formats of the GEMV rows: bf16, int4 cuda, int4 (Triton); default all")
     p.add_argument("--int4-config", default=None, help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
@@ -75,7 +78,8 @@ def main(argv=None) -> int:
               "down (+res)": (a.hidden, a.intermediate, K.PRO_NONE),
               "lm_head (norm)": (a.vocab, a.hidden, K.PRO_RMSNORM)}
     if args.only:
-        shapes = {k: v for k, v in shapes.items() if args.only in k and args.only != "attention"}
+        shapes = {k: v for k, v in shapes.items()
+                  if any(o in k for o in args.only.split(",")) and args.only != "attention"}
     if args.int4_config:
         from floorline.native import int4_cuda
 
@@ -97,6 +101,8 @@ def main(argv=None) -> int:
                 formats.append((fmt, q.words, {"scales": q.scales, "zeros": q.zeros, "layout": layout}))
         xb = x.to(torch.bfloat16)[None]  # cuBLAS baseline: the plain product on a k-wide input
         for fmt, wt, extra in formats:
+            if args.formats and fmt not in args.formats.split(","):
+                continue
             tensors = [v for v in extra.values() if isinstance(v, torch.Tensor)]
             nbytes = sum(t.numel() * t.element_size() for t in [wt, *tensors])
             row = {"kernel": f"gemv {name}", "format": fmt, "shape": f"{n}x{k}", "bytes": nbytes}
