@@ -143,6 +143,15 @@ for stage in "${stages[@]}"; do
           --json "$OUT/int4_zero_bench_$z.json" > "$OUT/int4_zero_bench_$z.log" 2>&1
         echo "zero point $z:"; grep "int4 cuda" "$OUT/int4_zero_bench_$z.log"
       done ;;
+    int4-step)  # issue #13: the int4 launch configs re-timed inside the step (default) against the one-launch timer's
+                # choices (FLOORLINE_INT4_STEP_TUNE=0); native int4 at ctx 2048, both models (one process a cell)
+      for st in 1 0; do
+        for m in ${INT4_MODELS:-qwen2.5-7b llama-3.1-8b}; do
+          FLOORLINE_INT4_STEP_TUNE=$st fl run --model $m --ctx 2048 --quant int4 --mode native \
+            --output "$OUT/int4_step_tune$st.jsonl" >> "$OUT/int4_step.log" 2>&1
+        done
+        echo "step tuning $st: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_step_tune$st.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
+      done ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"

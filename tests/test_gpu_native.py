@@ -79,13 +79,24 @@ def _agreement(name, quant_name, ctx: int, steps: int):
     assert max(errs["native"]) <= 1.5 * max(errs["hf-bf16"])
 
 
-def test_native_runtime_replays_real_tokens():
-    """Graph replays advance the position and give the tokens the torch reference ops give from the same state."""
+@pytest.mark.parametrize("quant_name", [None, "int4"])
+def test_native_runtime_replays_real_tokens(quant_name):
+    """Graph replays advance the position and give the tokens the torch reference ops give from the same state; with
+    int4 (a model wide enough for several launch configs a shape) after the configs were re-timed inside the step."""
+    import dataclasses
+
+    from floorline import quant
+    from floorline.native import int4_cuda
     from floorline.native import kernels as K
     from floorline.native.model import NativeModel
 
     a = zoo.ZOO["tiny-llama"]
-    m = models.build_random(a, torch.device("cuda"), "fp32", seed=0)  # fp32: no bf16 near-ties between the two
+    if quant_name:
+        a = dataclasses.replace(a, name="small-llama", hidden=1024, intermediate=2048, heads=8, head_dim=128, params=None)
+    # fp32 (int4: bf16 weights, as quant converts them): the activations are fp32 in both, no near-ties between them
+    m = models.build_random(a, torch.device("cuda"), "bf16" if quant_name else "fp32", seed=0)
+    if quant_name:
+        quant.convert(m, quant.get(quant_name), torch.bfloat16)
     prompt = torch.randint(0, a.vocab, (1, 100), device="cuda", generator=torch.Generator("cuda").manual_seed(2))
     rt = runtimes.get("native", "cuda")(m, 160)
     ref = NativeModel(m, 160, ops="torch")
@@ -103,6 +114,10 @@ def test_native_runtime_replays_real_tokens():
             want.append(int(ref.tok.item()))
     assert int(rt.pos.item()) == 100 + rt.prepare_tokens + 10 == int(ref.pos.item())
     assert rt.describe()["native_pdl"] in K.PDL_MODES and rt.describe()["native_attn_chunk"] >= 64
+    if quant_name:  # every GEMV shape of the step re-timed (the tokens above came after those trials)
+        tuning = rt.describe()["native_int4_step_tuning"]
+        assert {"3072x1024 norm glu", "1024x2048 acc"} <= set(tuning) and all(len(t) > 1 for t in tuning.values())
+        assert int4_cuda.STEP_TUNE
     assert toks == want
     rt.close()
 

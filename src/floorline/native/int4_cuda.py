@@ -484,13 +484,15 @@ class _LaunchConfig(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttr)), ("nattrs", ctypes.c_uint)]
 
 
-# how the zero point is taken off: "sub" (default: a packed fp16 subtraction a fragment pair; exact codes, relative
+# how the zero point is taken off: "sub" (a packed fp16 subtraction a fragment pair; exact codes, relative
 # error ~3e-7 on the H200), "sum" (codes as 1024 + c, the offset taken off once per group and row from the group's
 # input sum: four fewer instructions a code word, relative error ~1e-4; measured on the H200 no faster per step:
-# qwen2.5-7b int4 2.01 ms against 1.87 ms) or "subnormal" (codes as fp16 subnormals c 2^-24, one AND a pair, no
-# offset to cancel; z sum(x) taken off once per group and row)
+# qwen2.5-7b int4 2.01 ms against 1.87 ms) or "subnormal" (the default: codes as fp16 subnormals c 2^-24, one AND a
+# pair, no offset to cancel; z sum(x) taken off once per group and row: 78.5 SASS instructions a group against 112,
+# relative error 8e-7..2e-6; H200 qwen2.5-7b int4 ctx 2048 1.745 ms against 1.781 for "sub", gate_up 21.2 us
+# against 22.6; results/h200/int4/zero_point)
 ZERO_POINTS = {"sub": 0, "sum": 1, "subnormal": 2}
-ZERO_POINT = os.environ.get("FLOORLINE_INT4_ZERO", "sub")
+ZERO_POINT = os.environ.get("FLOORLINE_INT4_ZERO", "subnormal")
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
@@ -632,6 +634,8 @@ def _libcuda():
 
 
 _BEST: dict = {}  # (device, shape, switches) -> the tuned config
+_RANKED: dict = {}  # the same keys -> the candidates, fastest first by the isolated timer
+_USED: set = set()  # keys launched since the last clear (retune_in_step: the step's own shapes)
 last_config = None  # the tuned config of the latest call (the bench prints it)
 FIXED = None  # a config that replaces tuning (bench --int4-config, for Nsight Compute)
 
@@ -671,14 +675,70 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     if config is None:
         key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
-            _BEST[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu), kw)
+            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu), kw)
+            _BEST[key] = _RANKED[key][0]
         config = _BEST[key]
+        _USED.add(key)
     elif config[2] > 1 and not (acc and not pro and not glu) or config[2] > 1 and config[3]:
         raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
     global last_config
     last_config = config
     launch(words, x, y, config=config, **kw)
     return y
+
+
+# FLOORLINE_INT4_STEP_TUNE=0: keep the one-launch timer's choices (no re-timing inside the step)
+STEP_TUNE = os.environ.get("FLOORLINE_INT4_STEP_TUNE", "1") != "0"
+
+
+def retune_in_step(capture, state: list, top: int = 12, reps: int = 30) -> None:
+    """Launch configs re-chosen where they run: for each tuned shape in turn, its `top` configs by the one-launch
+    timer, each timed in the whole decode step (`capture()` returns a CUDA graph of one step; medians of `reps`
+    replays), the fastest kept. A launch in isolation cannot show what its weights in flight before the wait on the
+    previous kernel are worth once the kernels overlap (programmatic dependent launch). `state` (the token and the
+    position) is restored after every replay, so the trials leave the decode where it was: they write only cache
+    positions from the current one on, which a step writes before it reads."""
+    keep = [t.clone() for t in state]
+    _USED.clear()
+    graph = capture()  # which shapes the step launches
+    del graph
+
+    def restore():
+        for t, k in zip(state, keep):
+            t.copy_(k)
+
+    def step_ms() -> float:
+        graph = capture()
+        times = []
+        for _ in range(reps + 3):
+            restore()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        del graph
+        return sorted(times[3:])[reps // 2]
+
+    global last_step_tuning
+    last_step_tuning = {}
+    for key in [k for k in _BEST if k in _USED and len(_RANKED.get(k, ())) > 1]:
+        times = {}
+        for cfg in _RANKED[key][:top]:
+            _BEST[key] = cfg
+            times[cfg] = step_ms()
+        _BEST[key] = min(times, key=times.get)
+        last_step_tuning[_shape_name(key)] = {config_name(c): round(t, 4) for c, t in times.items()}
+    restore()
+
+
+last_step_tuning: dict = {}  # shape -> {config: step ms} of the latest retune_in_step (kept in the records)
+
+
+def _shape_name(key: tuple) -> str:
+    _, n, k, pro, glu, acc, *_ = key
+    return f"{n}x{k}{' norm' if pro else ''}{' glu' if glu else ''}{' acc' if acc else ''}"
 
 
 def config_name(cfg: tuple) -> str:
@@ -690,18 +750,17 @@ def config_name(cfg: tuple) -> str:
 
 def tuned() -> dict:
     """The configs tuning chose in this process, by shape and switches (kept in the records)."""
-    return {f"{n}x{k}{' norm' if pro else ''}{' glu' if glu else ''}{' acc' if acc else ''}": config_name(c)
-            for (_, n, k, pro, glu, acc, *_), c in _BEST.items()}
+    return {_shape_name(key): config_name(c) for key, c in _BEST.items()}
 
 
-def _tune(words, x, y, candidates: list[tuple], kw: dict) -> tuple:
-    """The fastest candidate as a decode step sees it (kernels._cold_bench: L2 evicted before each call, in a CUDA
-    graph); y (which may hold the residual) is restored after."""
+def _tune(words, x, y, candidates: list[tuple], kw: dict) -> list[tuple]:
+    """The candidates, fastest first, one launch at a time (kernels._cold_bench: L2 evicted before each call, in a
+    CUDA graph); y (which may hold the residual) is restored after."""
     from floorline.native.kernels import _cold_bench
 
     if len(candidates) == 1:
-        return candidates[0]
+        return candidates
     keep = y.clone()
     times = {c: _cold_bench(lambda c=c: launch(words, x, y, config=c, **kw))[0] for c in candidates}
     y.copy_(keep)
-    return min(times, key=times.get)
+    return sorted(times, key=times.get)

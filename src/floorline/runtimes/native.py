@@ -39,7 +39,8 @@ class Native(Runtime):
         from floorline.native import int4_cuda
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
-                "native_int4_configs": int4_cuda.tuned() or None}
+                "native_int4_configs": int4_cuda.tuned() or None,
+                "native_int4_step_tuning": int4_cuda.last_step_tuning or None}
 
     def prefill(self, prompt: torch.Tensor, chunk: int = 1024, progress=None) -> None:
         self.net.prefill(prompt, chunk)
@@ -47,8 +48,14 @@ class Native(Runtime):
             progress(prompt.shape[1], prompt.shape[1])
 
     def prepare(self) -> None:
+        from floorline.native import int4_cuda
+
         t0 = time.perf_counter()
         self.graph = capture_graph(self.net.step, self.prepare_tokens)
+        if int4_cuda.STEP_TUNE and int4_cuda._RANKED:  # int4 launch configs re-timed inside the step itself
+            self.graph = None
+            int4_cuda.retune_in_step(lambda: capture_graph(self.net.step, 0), [self.net.tok, self.net.pos])
+            self.graph = capture_graph(self.net.step, 0)
         self.prepare_s = time.perf_counter() - t0
 
     def step(self) -> None:
