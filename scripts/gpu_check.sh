@@ -145,13 +145,36 @@ for stage in "${stages[@]}"; do
       done ;;
     int4-step)  # issue #13: the int4 launch configs re-timed inside the step (default) against the one-launch timer's
                 # choices (FLOORLINE_INT4_STEP_TUNE=0); native int4 at ctx 2048, both models (one process a cell)
-      for st in 1 0; do
+      for st in 1 0; do  # (FLOORLINE_INT4_STEP_TUNE=1 opts in)
         for m in ${INT4_MODELS:-qwen2.5-7b llama-3.1-8b}; do
           FLOORLINE_INT4_STEP_TUNE=$st fl run --model $m --ctx 2048 --quant int4 --mode native \
             --output "$OUT/int4_step_tune$st.jsonl" >> "$OUT/int4_step.log" 2>&1
         done
         echo "step tuning $st: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_step_tune$st.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
       done ;;
+    final)  # issues #13, #14 on one short lease: the records of the final sources -- native int4 at ctx 2048 and bf16
+            # at ctx 2048, 16384 (and 30720 for qwen2.5-7b) for both models, the per-kernel table (bf16 and the int4
+            # CUDA GEMV, attention), explain of qwen2.5-7b int4, the native runtime's replay tests
+      timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_native.py -k replays 2>&1 | tail -2
+      for m in qwen2.5-7b llama-3.1-8b; do
+        ctxs=2048,16384; [ "$m" = qwen2.5-7b ] && ctxs=2048,16384,30720
+        fl run --model $m --ctx 2048 --quant int4 --mode native --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
+        fl run --model $m --ctx $ctxs --mode native --output "$OUT/native_bf16.jsonl" >> "$OUT/native.log" 2>&1
+      done
+      timeout 150 python3 -m floorline.native.bench --formats "bf16,int4 cuda" --json "$OUT/native_bench.json" \
+        > "$OUT/native_bench.log" 2>&1
+      timeout 100 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant int4 \
+        --out "$OUT/explain_native_int4" > "$OUT/explain_native_int4.log" 2>&1
+      for f in native_int4 native_bf16; do
+        python3 - "$OUT/$f.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print(f"{r['model']:<13} ctx {r['ctx']:>5} {r.get('quant') or 'bf16':<5} {r['step_ms_median']:.3f} ms "
+          f"{100 * r['floor_ms_peak'] / r['step_ms_median']:.1f}% of peak floor {r.get('valid')}")
+PY
+      done
+      grep "|" "$OUT/native_bench.log"; tail -25 "$OUT/explain_native_int4.log" | grep -E "native|int4_gemv|_gemv|attn" ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"
