@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen2.5-7b")
     p.add_argument("--json", default=None, help="also write the rows here")
-    p.add_argument("--attn-sweep", action="store_true", help="also time attention over chunk x tile x warps")
+    p.add_argument("--attn-sweep", action="store_true", help="also time attention over chunk x tile x warps x pipeline stages")
     p.add_argument("--gemv-sweep", action="store_true",
                    help="time every int4 GEMV launch config (CUDA) and, with --triton-tiles, every Triton tile of "
                         "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")

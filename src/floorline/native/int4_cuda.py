@@ -3,10 +3,10 @@
 Why CUDA and not Triton: the Triton GEMV spends ~5 instructions a weight (164 registers, 19% occupancy, Nsight
 Compute on the H200) and streams 1.0-1.6 TB/s. Here a weight costs well under two: each warp owns one 16-row tile
 (int4_format's `mma` layout) and a share of its groups; a lane's 16-byte load is four tensor-core A fragments, which
-one LOP3 a pair turns into fp16 (the magic number 1024, codes in the mantissa), one packed subtraction of
-(1024 + zero) a pair makes exact (code - zero), and `mma.m16n8k16` multiplies by the input (fp16, fp32 accumulate)
--- 256 weights an instruction, the tensor cores otherwise idle at batch 1. The group's scale is applied once per 128
-weights of a row, in fp32. The input is converted once per block into shared memory, laid out so each lane reads its
+one AND a pair turns into fp16 subnormals (code x 2^-24, exact), and `mma.m16n8k16` multiplies by the input (fp16,
+fp32 accumulate) -- 256 weights an instruction, the tensor cores otherwise idle at batch 1; the zero point comes off
+once per group and row as zero x the group's input sum, the group's scale once per 128 weights of a row, in fp32
+(ZERO_POINT below: the exact packed subtraction of 1024 + zero is the alternative). The input is converted once per block into shared memory, laid out so each lane reads its
 B fragments for four steps with two 16-byte loads; RMSNorm's 1/rms is computed first (every block reads all of x)
 so the fp16 inputs are normalised (no overflow from a large residual stream).
 
@@ -15,7 +15,7 @@ t), y += W x in place (the residual stream), split-K over blocks with fp32 atomi
 Launch parameters (warps a block; register prefetch of 1-4 groups or a cp.async ring of 3-8 in shared memory;
 splits; or the flat kernel, a warp owning whole row blocks) are tuned per shape with floorline's cold-L2 graph timer
 before a CUDA graph is captured. Programmatic dependent launch: a block issues its first weight loads,
-then waits for the previous kernel (griddepcontrol), as the Triton kernels do.
+then waits for the previous kernel (griddepcontrol), as the Triton kernels do (pdl_wait, pdl_trigger).
 Numerics: each input is split into two fp16 halves, hi + lo (about 22 bits), fed as columns 0 and 1 of the product's
 B operand (mma.m16n8k16 computes 8 columns; batch 1 uses 2 of them at no extra instruction); products and sums in
 fp32. An input beyond fp16's 65504 would overflow (far past any normalised or activation input seen).
@@ -45,6 +45,19 @@ __device__ __forceinline__ u32 magic(u32 w, u32 mask) {  // (w & mask) | 0x64006
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(mask), "r"(0x64006400u));
   return r;
 #endif
+}
+// programmatic dependent launch (PDL: 0 off; the next kernel let launch at the start 1, after the main loop 2, or
+// once this one has waited for its predecessor 3): pdl_trigger(m) lets it launch where the mode is m, pdl_wait waits
+__device__ __forceinline__ void pdl_trigger(int mode) {
+#if PDL
+  if (mode == PDL) asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if PDL
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  pdl_trigger(3);
 }
 __device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
   u32 r;
@@ -220,16 +233,13 @@ __device__ __forceinline__ void put_y(void* Y, int row, const float* v) {
 
 // WARPS a block; RT row tiles a block (2 with GLU: gate tile t and up tile t); U groups in flight a warp;
 // PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
-// XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch, the next kernel
-// let launch at the start (1), after the main loop (2) or once this one has waited for its predecessor (3)
+// XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch (pdl_trigger)
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
           const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
           void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
-#if PDL == 1
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_trigger(1);
   float* red = (float*)smem4;                  // WARPS * 16 partial sums, then 32 for the norm
   uint4* xs4 = smem4 + WARPS * 4 + 8;          // the block's inputs, fp16, in B-fragment order
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
@@ -262,12 +272,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) ISSUE(i);  // in flight before the previous kernel is waited for
-#if PDL
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-#if PDL == 3
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_wait();
   stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
   const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
@@ -306,12 +311,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   const uint4* pw = wq;
   const u32 *ps = sq, *pz = zq;
   LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
-#if PDL
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-#if PDL == 3
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_wait();
   stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
   // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi; the warp's
@@ -339,9 +339,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
     DOTG(wb, sb, zb, i, U);
   }
 #endif
-#if PDL == 2
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_trigger(2);
   if (tq == 0) {  // lane (g, 0) holds its rows' sums
     red[warp * 16 + g] = y0;
     red[warp * 16 + g + 8] = y1;
@@ -371,9 +369,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
                const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
                void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
-#if PDL == 1
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_trigger(1);
   float* red = (float*)smem4;
   uint4* xs4 = smem4 + 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
@@ -398,12 +394,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 #pragma unroll
   for (int u = 0; u < U; u++)
     if (u < items) FLAT_LOAD(w[u], sc[u], zc[u], u);
-#if PDL
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-#if PDL == 3
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_wait();
   stage_x(X, NW, K, eps, 0, NG, xs4, red, lane, warp);
   __syncthreads();
   const uint4* xbase = xs4 + (g == 1 ? NG * 16 : 0) + tq * 2;
@@ -457,9 +448,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
         w[u][r][0] = wn[u][r][0]; w[u][r][1] = wn[u][r][1]; sc[u][r] = sn[u][r]; zc[u][r] = zn[u][r];
       }
   }
-#if PDL == 2
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_trigger(2);
 }
 """
 

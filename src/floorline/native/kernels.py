@@ -134,6 +134,15 @@ def pdl_name() -> str:
 if triton is not None:
 
     @triton.jit
+    def _pdl_wait(PDL: tl.constexpr):
+        """Wait for the previous kernel (programmatic dependent launch); in mode 3 (`after-wait`) then let the next
+        kernel launch."""
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+        if PDL == 3:
+            tl.extra.cuda.gdc_launch_dependents()
+
+    @triton.jit
     def _x_tile(X, NW, rk, PRO: tl.constexpr):
         """The GEMV input at columns rk: (x, x) or, for RMSNorm, (x * g, x) (its 1/rms is applied to the sums, from
         the sum of squares of the raw x that the main loop accumulates: no separate pass over x)."""
@@ -233,10 +242,7 @@ if triton is not None:
             w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
             acc = tl.zeros([BN, BK], dtype=tl.float32)
             ss = tl.zeros([BK], dtype=tl.float32)
-        if PDL:
-            tl.extra.cuda.gdc_wait()
-        if PDL == 3:
-            tl.extra.cuda.gdc_launch_dependents()
+        _pdl_wait(PDL)
         if STAGES:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
             for k0 in tl.range(kb, ke, BK, num_stages=STAGES):
                 if INT4:
@@ -364,10 +370,7 @@ if triton is not None:
         base = kvh * stride_kh + rl[:, None] * D + d[None, :]
         k0 = tl.load(KC + base, mask=old[:, None], other=0.0)
         v0 = tl.load(VC + base, mask=old[:, None], other=0.0)
-        if PDL:
-            tl.extra.cuda.gdc_wait()
-        if PDL == 3:
-            tl.extra.cuda.gdc_launch_dependents()
+        _pdl_wait(PDL)
         if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
             g = tl.arange(0, GP)
             one = tl.arange(0, 1)
@@ -410,10 +413,7 @@ if triton is not None:
         """The chunks' partial softmax sums of one query head, merged (one program per query head)."""
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
-        if PDL:
-            tl.extra.cuda.gdc_wait()
-        if PDL == 3:
-            tl.extra.cuda.gdc_launch_dependents()
+        _pdl_wait(PDL)
         h = tl.program_id(0)
         kvh = h // G
         nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos
