@@ -64,8 +64,8 @@ def main(argv=None) -> int:
                         "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
     p.add_argument("--triton-tiles", action="store_true", help="with --gemv-sweep: the Triton tiles too")
     p.add_argument("--only", default=None,
-                   help="GEMV shapes whose name contains one of these (comma-separated, e.g. gate_up,down; no "
-                        "attention), or `attention` alone")
+                   help="comma-separated: GEMV shapes whose name contains one of these (e.g. gate_up,down), and "
+                        "`attention` for its rows (left out otherwise)")
     p.add_argument("--formats", default=None,
                    help="comma-separated formats of the GEMV rows: bf16, int4 cuda, int4 (Triton); default all")
     p.add_argument("--int4-config", default=None, help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages")
@@ -78,8 +78,7 @@ def main(argv=None) -> int:
               "down (+res)": (a.hidden, a.intermediate, K.PRO_NONE),
               "lm_head (norm)": (a.vocab, a.hidden, K.PRO_RMSNORM)}
     if args.only:
-        shapes = {k: v for k, v in shapes.items()
-                  if any(o in k for o in args.only.split(",")) and args.only != "attention"}
+        shapes = {k: v for k, v in shapes.items() if any(o in k for o in args.only.split(",") if o != "attention")}
     if args.int4_config:
         from floorline.native import int4_cuda
 
@@ -124,7 +123,7 @@ def main(argv=None) -> int:
                 row["cublas_gbps"] = nbytes / cub / 1e3
             rows.append(row)
             del ops
-    for ctx in () if args.only not in (None, "attention") else (2048, 16384):
+    for ctx in (2048, 16384) if args.only is None or "attention" in args.only.split(",") else ():
         tiles = [(None, None, None, None)]  # the defaults, then (with --attn-sweep) chunk x tile x warps x stages
         if args.attn_sweep:
             tiles += [(c, t, w, st) for c in (64, 128, 256, 512) for t in (64, 128) for w in (4, 8)
