@@ -152,25 +152,6 @@ for stage in "${stages[@]}"; do
         done
         echo "step tuning $st: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_step_tune$st.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
       done ;;
-    l2-ahead)  # issues #13, #14: the attention kernel asks the L2 for the weights that follow (FLOORLINE_L2_AHEAD),
-               # A/B'd on qwen2.5-7b native steps: int4 at ctx 2048, bf16 at ctx 2048 and 16384 (one process a cell)
-      for spec in ${AHEAD_INT4:-off o o,qkv o,qkv,gate_up:8 o,qkv@post}; do
-        FLOORLINE_L2_AHEAD=${spec%@*} FLOORLINE_L2_AHEAD_AT=$([ "${spec#*@}" = post ] && echo post || echo pre) \
-          fl run --model qwen2.5-7b --ctx 2048 --quant int4 --mode native --output "$OUT/l2_ahead.jsonl" \
-          >> "$OUT/l2_ahead.log" 2>&1
-      done
-      for spec in ${AHEAD_BF16:-off o o,gate_up:16}; do
-        FLOORLINE_L2_AHEAD=$spec fl run --model qwen2.5-7b --ctx 2048,16384 --mode native \
-          --output "$OUT/l2_ahead.jsonl" >> "$OUT/l2_ahead.log" 2>&1
-      done
-      python3 - "$OUT/l2_ahead.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    print(f"{r['model']:<11} ctx {r['ctx']:>5} {r.get('quant') or 'bf16':<5} L2 ahead {str(r.get('native_l2_ahead')):<24} "
-          f"{r['step_ms_median']:.3f} ms  valid {r.get('valid')}")
-PY
-      ;;
     final)  # issues #13, #14 on one short lease: the records of the final sources -- native int4 at ctx 2048 and bf16
             # at ctx 2048, 16384 (and 30720 for qwen2.5-7b) for both models, the per-kernel table (bf16 and the int4
             # CUDA GEMV, attention), explain of qwen2.5-7b int4, the native runtime's replay tests

@@ -126,35 +126,6 @@ def _pdl_default() -> int:
     return PDL_MODES[mode]
 
 
-AHEAD_NAMES = ("o", "gate_up", "qkv")
-
-
-def l2_ahead() -> tuple[list[tuple[str, float | None]], bool]:
-    """What the attention kernel asks the L2 cache to fetch while it runs (it is bound by latency, and the memory bus
-    idles): FLOORLINE_L2_AHEAD, a comma list in the step's order of `o` (this layer's o matrix), `gate_up[:MB]` (its
-    first MB of gate_up's codes, or all of it) and `qkv` (the next layer's q/k/v), or `off`; FLOORLINE_L2_AHEAD_AT
-    `pre` (before the programs wait on the q/k/v GEMV, the default) or `post`. Returns ([(name, MB or None)], pre);
-    nothing on the CPU, under the interpreter, or before Hopper."""
-    spec = os.environ.get("FLOORLINE_L2_AHEAD", "off").strip()
-    at = os.environ.get("FLOORLINE_L2_AHEAD_AT", "pre")
-    out = []
-    for part in ([] if spec in ("", "off") else spec.split(",")):
-        name, _, mb = part.strip().partition(":")
-        try:
-            cap = float(mb) if mb else None
-        except ValueError:
-            cap = -1.0
-        if name not in AHEAD_NAMES or (cap is not None and cap <= 0) or at not in ("pre", "post"):
-            from floorline.errors import UserError
-
-            raise UserError(f"FLOORLINE_L2_AHEAD={spec!r} FLOORLINE_L2_AHEAD_AT={at!r}: use a comma list of "
-                            f"{', '.join(AHEAD_NAMES)} (gate_up:MB for its first MB), or off; and pre or post")
-        out.append((name, cap))
-    if INTERPRET or triton is None or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        out = []
-    return out, at == "pre"
-
-
 def pdl_name() -> str:
     """The programmatic-dependent-launch mode in force here (`off` without Hopper or under the interpreter)."""
     return {v: k for k, v in PDL_MODES.items()}[_pdl_default()]
@@ -380,34 +351,13 @@ if triton is not None:
         return m_new, l, acc
 
     @triton.jit
-    def _l2_prefetch(A, nbytes, pid, nprog, PB: tl.constexpr):
-        """This program's share of the `nbytes` at byte pointer A asked into the L2 cache, one 128-byte line a lane
-        (prefetch.global.L2::evict_last: kept over streamed data until read). Nothing waits for it."""
-        lines = tl.cdiv(nbytes, 128)
-        per = tl.cdiv(lines, nprog)
-        for i in range(0, per, PB):
-            ln = tl.minimum(pid * per + tl.minimum(i + tl.arange(0, PB), per - 1), lines - 1)
-            tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l",
-                                      [A + ln.to(tl.int64) * 128], dtype=tl.int32, is_pure=False, pack=1)
-
-    @triton.jit
-    def _l2_ahead(AH, NA: tl.constexpr, PB: tl.constexpr):
-        """The NA regions of table AH (int64 pairs: address, bytes), spread over every program of the launch."""
-        pid = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
-        nprog = tl.num_programs(0) * tl.num_programs(1)
-        for r in tl.static_range(NA):
-            _l2_prefetch(tl.load(AH + 2 * r).to(tl.pointer_type(tl.uint8)), tl.load(AH + 2 * r + 1), pid, nprog, PB)
-
-    @triton.jit
-    def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK, AH,
+    def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
                     H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                     CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
-                    STAGES: tl.constexpr = 3, NA: tl.constexpr = 0, AHEAD_PRE: tl.constexpr = 1):
+                    STAGES: tl.constexpr = 3):
         """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
         tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
-        `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step. With NA > 0
-        the programs also ask the L2 for the weights of the matrices that follow (table AH: address, bytes; o, ...)
-        while attention, bound by latency, leaves the memory bus idle; before their wait (AHEAD_PRE) or after."""
+        `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step."""
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
         kvh = tl.program_id(0)
@@ -420,11 +370,7 @@ if triton is not None:
         base = kvh * stride_kh + rl[:, None] * D + d[None, :]
         k0 = tl.load(KC + base, mask=old[:, None], other=0.0)
         v0 = tl.load(VC + base, mask=old[:, None], other=0.0)
-        if AHEAD_PRE:
-            _l2_ahead(AH, NA, 256)
         _pdl_wait(PDL)
-        if not AHEAD_PRE:
-            _l2_ahead(AH, NA, 256)
         if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
             g = tl.arange(0, GP)
             one = tl.arange(0, 1)
@@ -604,21 +550,16 @@ class AttnScratch:
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
 
 
-def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, ahead=None,
-                  ahead_pre: bool = True):
+def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
-    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches. `ahead`: an int64 table
-    (regions, 2) of (address, bytes) of weights to ask into the L2 meanwhile (l2_ahead), before the programs' wait
-    or after (ahead_pre)."""
+    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches."""
     kv_heads, _, d = k_cache.shape
     pdl = _pdl_default()
-    na = 0 if ahead is None else ahead.shape[0]
     _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
-                                            scale, k_cache.stride(0), scratch.nchunk,
-                                            scratch.m if ahead is None else ahead, H=heads, KVH=kv_heads,
+                                            scale, k_cache.stride(0), scratch.nchunk, H=heads, KVH=kv_heads,
                                             G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk, BL=scratch.tile,
-                                            DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages, NA=na,
-                                            AHEAD_PRE=int(ahead_pre), num_warps=scratch.warps, **_launch(pdl))
+                                            DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages, num_warps=scratch.warps,
+                                            **_launch(pdl))
     _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, G=scratch.g,
                           GP=scratch.gp, D=d, CHUNK=scratch.chunk, CB=min(64, triton.next_power_of_2(scratch.nchunk)),
                           PDL=pdl, **_launch(pdl))

@@ -68,30 +68,6 @@ class NativeModel:
         self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
-        self.ahead_spec, self.ahead_pre = K.l2_ahead() if self.ops == "triton" else ([], True)
-        self.ahead = self._ahead_tables(dev)
-
-    def _ahead_tables(self, dev):
-        """Per layer, the (address, bytes) of the weights its attention kernel asks into the L2 (kernels.l2_ahead):
-        this layer's o, the first MB (or all) of its gate_up codes, the next layer's q/k/v; codes, then the int4
-        scales and zeros. One int64 tensor (layers, regions, 2), padded with empty regions; None when off."""
-        if not self.ahead_spec:
-            return None
-        rows = []
-        for i, lay in enumerate(self.layers):
-            regions = []
-            for name, mb in self.ahead_spec:
-                m = lay[name] if name != "qkv" else (self.layers[i + 1]["qkv"] if i + 1 < len(self.layers) else None)
-                if m is None:
-                    continue
-                ts = [m["w"]] + ([m["scales"], m["zeros"]] if "scales" in m and mb is None else [])
-                for t in ts:
-                    n = t.numel() * t.element_size()
-                    regions.append([t.data_ptr(), n if mb is None else min(n, int(mb * 2**20))])
-            rows.append(regions)
-        width = max(len(r) for r in rows)
-        table = [r + [[self.x.data_ptr(), 0]] * (width - len(r)) for r in rows]
-        return torch.tensor(table, dtype=torch.int64, device=dev)
 
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, **kw):
@@ -106,8 +82,7 @@ class NativeModel:
         """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
         kc, vc = self.k_cache[i], self.v_cache[i]
         if self.ops == "triton":
-            return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
-                                   None if self.ahead is None else self.ahead[i], self.ahead_pre)
+            return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn)
         q = K.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim)
         return K.ref_attention(q, kc, vc, self.pos, self.scale)
 

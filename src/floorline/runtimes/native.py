@@ -38,9 +38,7 @@ class Native(Runtime):
 
         from floorline.native import int4_cuda
 
-        spec = ",".join(n + (f":{mb:g}" if mb else "") for n, mb in self.net.ahead_spec)
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
-                "native_l2_ahead": f"{spec}@{'pre' if self.net.ahead_pre else 'post'}" if spec else None,
                 "native_int4_configs": int4_cuda.tuned() or None,
                 "native_int4_step_tuning": int4_cuda.last_step_tuning or None}
 
