@@ -190,16 +190,17 @@ PY
           --format md 2>&1 | tee -a "$OUT/native.log"
       done ;;
     endpoint)
-      d=$OUT/qwen2.5-7b-random
+      em=${ENDPOINT_MODEL:-qwen2.5-7b} edev=${ENDPOINT_DEVICE:-cuda}
+      d=$OUT/$em-random
       if ! python3 -c 'import fastapi, uvicorn, openai, pydantic' 2>/dev/null; then
         echo "endpoint: transformers serve needs fastapi, uvicorn, openai, pydantic: run scripts/serve_wheels.sh"
         echo "          on a machine with PyPI (it fills .whl/), then this stage again"; continue
       fi
-      [ -f "$d/tokenizer.json" ] || python3 -m floorline.servedir --model qwen2.5-7b --out "$d" --device cuda 2>&1 \
+      [ -f "$d/tokenizer.json" ] || python3 -m floorline.servedir --model "$em" --out "$d" --device "$edev" 2>&1 \
         | tail -1
       port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-      python3 -m transformers.cli.transformers serve "$d" --host 127.0.0.1 --port "$port" --device cuda:0 \
-        --dtype bfloat16 > "$OUT/serve.log" 2>&1 &
+      HF_HUB_OFFLINE=1 python3 -m transformers.cli.transformers serve "$d" --host 127.0.0.1 --port "$port" \
+        --device "$edev" --dtype bfloat16 > "$OUT/serve.log" 2>&1 &
       serve_pid=$!
       python3 - "$port" "$serve_pid" <<'PY' || { tail -20 "$OUT/serve.log"; kill "$serve_pid"; continue; }
 import os, socket, sys, time
@@ -216,11 +217,11 @@ for _ in range(300):  # up to ~5 min for 15 GB of safetensors
         time.sleep(1)
 sys.exit("transformers serve did not listen in 300 s")
 PY
-      fl endpoint --url "http://127.0.0.1:$port/v1" --model "$d" --served-model "$d" --ctx 2048 --sessions 5 \
+      fl endpoint --url "http://127.0.0.1:$port/v1" --model "$d" --served-model "$d" --ctx ${ENDPOINT_CTX:-2048} --sessions 5 \
         --steps 64 --warmup 5 --output "$OUT/endpoint.jsonl" --format md 2>&1 | tee "$OUT/endpoint.log"
       kill "$serve_pid"; wait "$serve_pid" 2>/dev/null
-      fl run --model "$d" --ctx 2048 --mode eager,graph,native --output "$OUT/endpoint.jsonl" --format md 2>&1 \
-        | tee -a "$OUT/endpoint.log" ;;
+      fl run --model "$d" --ctx ${ENDPOINT_CTX:-2048} --mode ${ENDPOINT_MODES:-eager,graph,native} --device "$edev" \
+        --output "$OUT/endpoint.jsonl" --format md 2>&1 | tee -a "$OUT/endpoint.log" ;;
     tp-allreduce|tp)  # issue #17 on nvidia-h200-x2: one hidden vector (3584 / 4096 values), fp32 and bf16, per backend
       ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
       if [ "$ngpu" -lt 2 ]; then echo "tp: needs 2 GPUs, $ngpu here"; continue; fi

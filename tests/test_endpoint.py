@@ -410,3 +410,17 @@ def test_predict_on_real_endpoint_records(endpoint_records, tmp_path):
     b = floor.floor(zoo.ZOO["tiny-qwen2"], 64).bytes
     assert p["floor_bytes"] == b and p["step_ms"] == pytest.approx(b / (p["eta"] * 4800e9) * 1e3, rel=1e-6)
     assert "endpoint (its own fit)" in got["calibration"] and "server at http://127.0.0.1:" in got["calibration"]
+
+
+def test_local_server_floor_uses_the_best_streaming_pattern(monkeypatch):
+    """The server's floor at measured bandwidth is `run`'s: the best of bandwidth.py's patterns, not the copy alone
+    (on the H200 a GEMV-like read beats the copy, and a floor from the copy could be beaten)."""
+    import torch
+
+    from floorline import bandwidth
+
+    fake = {"copy": (100.0, [100.0]), "read": (130.0, [130.0]), "gemv": (120.0, [120.0])}
+    monkeypatch.setattr(bandwidth, "_patterns", lambda dev, nbytes, reps, dtype, which: {k: fake[k] for k in which})
+    info = endpoint.device_info(None, torch.device("cpu"))
+    assert info["measured_gbps"] == 130.0 and info["bw_pattern"] == "read" and info["bw_samples_gbps"] == [130.0]
+    assert info["bw_patterns_gbps"] == {"copy": 100.0, "read": 130.0, "gemv": 120.0}

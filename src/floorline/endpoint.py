@@ -58,7 +58,7 @@ class EndpointConfig:
     group_size: int = 128
     bpw: str | None = None  # average bits per weight of every weight matrix, or a ggml type name (Q4_K, Q8_0)
     gpu: str | None = None  # the server's GPU (datasheet peak), when not detected here
-    device: str = "auto"  # where the server runs when it runs on this host: measure its copy bandwidth; none: do not
+    device: str = "auto"  # where the server runs when it runs on this host: measure its streaming bandwidth; none: do not
     api_key_env: str | None = None
     timeout_s: float = 600.0
     download: bool = False
@@ -448,7 +448,7 @@ def per_token_samples(times: list[int], counts: list[float]) -> list[float]:
 
 # ------------------------------------------------------------------------------------------------------------ record
 def local_device(spec: str, here: bool):
-    """The torch device whose copy bandwidth stands for the measured one's, or None (--device none, or auto when
+    """The torch device whose streaming bandwidth stands for the measured one's, or None (--device none, or auto when
     the thing measured is not on this host)."""
     if spec == "none" or (spec == "auto" and not here):
         return None
@@ -458,7 +458,9 @@ def local_device(spec: str, here: bool):
 
 
 def device_info(gpu: str | None, dev, remote_name: str = "remote server") -> dict:
-    """Where the measured thing ran: --gpu's datasheet peak, and this host's copy bandwidth when `dev` is given."""
+    """Where the measured thing ran: --gpu's datasheet peak, and when `dev` is given this host's achievable streaming
+    bandwidth, the best of bandwidth.py's patterns as `run` takes it (so both records' floors at measured bandwidth
+    are one figure)."""
     spec = specs.lookup(gpu) if gpu else None
     if dev is None:
         name = spec.name if spec else remote_name
@@ -473,8 +475,10 @@ def device_info(gpu: str | None, dev, remote_name: str = "remote server") -> dic
             spec = spec or specs.detect(name)
         else:
             name = system.cpu_name()
-        gbps, samples = bandwidth.copy_bandwidth(dev)
-        out = {"device": str(dev), "device_name": name, "measured_gbps": gbps, "bw_samples_gbps": samples}
+        bw = bandwidth.achievable_bandwidth(dev)
+        out = {"device": str(dev), "device_name": name, "measured_gbps": bw["gbps"], "bw_samples_gbps": bw["samples"],
+               "bw_pattern": bw["pattern"], "bw_patterns_gbps": bw["patterns"],
+               "bw_pattern_samples_gbps": bw["pattern_samples"]}
     out.update({"gpu_key": spec.key if spec else None, "peak_gbps": spec.peak_gbps if spec else None,
                 "peak_source": spec.source if spec else None})
     return out
@@ -602,7 +606,7 @@ def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s:
         served = str(m.get("id"))
         dev = local_device(cfg.device, is_loopback(cfg.url))
         if dev is not None:
-            log(f"measuring copy bandwidth on {dev} (the server's device on this host)")
+            log(f"measuring streaming bandwidth on {dev} (the server's device on this host)")
         base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "mode": "endpoint", "model": a.name,
                 "model_path": a.path, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps,
                 "seed": cfg.seed, "floor_convention": "strict", "endpoint_url": clean_url(cfg.url),

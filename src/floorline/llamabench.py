@@ -117,7 +117,7 @@ def import_file(path: str, model: str, download: bool = False, gpu: str | None =
         notes.append(f"{path}: no text-generation rows (n_gen > 0 without a prompt); run llama-bench with -n")
     if dev is None and not base.get("peak_gbps"):
         notes.append("no bandwidth to put the floor in ms: give --gpu (a datasheet peak), or --device cpu / cuda to "
-                     "measure this host's copy bandwidth when the bench ran here")
+                     "measure this host's streaming bandwidth (best pattern) when the bench ran here")
     return recs, notes
 
 
