@@ -302,20 +302,11 @@ if os.path.exists(p):
         quantrows.kernel_rows(recs, "qwen2.5-7b", names))))
 p = os.path.join(out, "endpoint.jsonl")
 if os.path.exists(p):
-    import statistics
-    recs = [r for r in records.read(p) if r.get("kind", "cell") == "cell"]
-    print(display.markdown(recs))
-    ep = [r for r in recs if r["mode"] == "endpoint" and r.get("valid")]
-    if ep:
-        itl = statistics.median(r["step_ms_median"] for r in ep)
-        ttft = statistics.median(r["ttft_ms"] for r in ep)
-        print(f"transformers serve, {len(ep)} sessions: ITL {itl:.3f} ms (median of session medians), TTFT {ttft:.1f} ms")
-        print("| in-process mode | ms/step | server ITL - step, ms | ratio |")
-        print("|---|---|---|---|")
-        for r in recs:
-            if r["mode"] != "endpoint" and r.get("valid"):
-                print(f"| {r['mode']} | {r['step_ms_median']:.3f} | {itl - r['step_ms_median']:+.3f} | "
-                      f"{itl / r['step_ms_median']:.2f}x |")
+    recs = records.read(p)
+    print(display.markdown([r for r in recs if r.get("kind", "cell") == "cell"]))
+    head, body = display.server_overhead(recs)
+    print(head)
+    print(display.markdown_table(display.SERVER_HEADER, body))
 p = os.path.join(out, "tp.jsonl")
 if os.path.exists(p):  # issue #17: the step against the per-GPU floor and the all-reduce term
     recs = records.read(p)

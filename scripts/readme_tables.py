@@ -202,8 +202,40 @@ def bandwidth() -> str:
     return "".join(out) + "   "
 
 
+def h200_endpoint() -> str:
+    """`scripts/gpu_check.sh endpoint` on the H200: transformers serve against run's modes on the same weights, and
+    the eager step's drift over 300 steps in one process (why the eager row is not a server overhead)."""
+    import statistics
+
+    from floorline import display
+
+    path = H200 / "endpoint" / "endpoint.jsonl"
+    recs = _read(path)
+    head, body = display.server_overhead(recs)
+    r0 = recs[0]
+    trend_path = H200 / "endpoint" / "eager_trend.jsonl"
+    t = _read(trend_path)[0]
+    s = t["samples_ms"]
+    meds = ", ".join(f"{statistics.median(s[i:i + 30]):.0f}" for i in range(0, len(s), 30))
+    # nvidia-smi every 0.5 s during that run: SM clocks of the samples drawing over 90 W (the GPU at work)
+    rows = [ln.split(", ") for ln in (H200 / "endpoint" / "clocks.csv").read_text().splitlines()]
+    busy = sorted({int(r[1].split()[0]) for r in rows if float(r[4].split()[0]) > 90})
+    clock = f"{busy[0]} MHz" if len(busy) == 1 else f"{busy[0]}-{busy[-1]} MHz"
+    beyond = [float(r[2]) for r in body if r[0] != "eager"]
+    return (_para(f"From `{_rel(path)}` ({r0['device_name']}, transformers {r0['transformers_version']}, "
+                  f"{r0['model']} with random weights, bf16, ctx {r0['ctx']}): {head}.")
+            + "\n" + display.markdown_table(display.SERVER_HEADER, body) + "\n\n"
+            + _para(f"The eager row is no overhead figure: HF eager is bound by the host's Python, and on this host its "
+                    f"step drifts within one process. `{_rel(trend_path)}` ({len(s)} steps of {t['model']} at ctx "
+                    f"{t['ctx']}, one process, the GPU's SM clock {clock} throughout, `clocks.csv` beside it): medians of "
+                    f"each 30 steps {meds} ms. The server's first session (a fresh process) is as slow as run's "
+                    f"eager; its later ones are faster than any eager step measured here. The graph and native rows "
+                    f"are GPU-bound and steady: the server spends {min(beyond):.0f}-{max(beyond):.0f} ms a token beyond "
+                    f"them."))
+
+
 BLOCKS = {"bandwidth": bandwidth, "cpu-run": cpu_run, "first-minute": first_minute, "h200-run": h200_run, "grid": grid, "h200-ab": h200_ab,
-          "h200-explain": h200_explain, "h200-quant": h200_quant, "predict-validation": predict_validation}
+          "h200-explain": h200_explain, "h200-quant": h200_quant, "h200-endpoint": h200_endpoint, "predict-validation": predict_validation}
 
 
 def render(text: str) -> tuple[str, list[str]]:

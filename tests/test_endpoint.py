@@ -424,3 +424,20 @@ def test_local_server_floor_uses_the_best_streaming_pattern(monkeypatch):
     info = endpoint.device_info(None, torch.device("cpu"))
     assert info["measured_gbps"] == 130.0 and info["bw_pattern"] == "read" and info["bw_samples_gbps"] == [130.0]
     assert info["bw_patterns_gbps"] == {"copy": 100.0, "read": 130.0, "gemv": 120.0}
+
+
+def test_server_overhead_rows():
+    """gpu_check's and the README's table: the median of the valid sessions' ITL against each in-process mode."""
+    from floorline import display
+
+    def rec(mode, ms, valid=True, **kw):
+        return {"kind": "cell", "mode": mode, "step_ms_median": ms, "valid": valid, "ctx": 2048, "steps": 64, **kw}
+
+    recs = [rec("endpoint", 30.0, ttft_ms=60.0, endpoint_server_header="uvicorn"),
+            rec("endpoint", 90.0, ttft_ms=70.0), rec("endpoint", 10.0, ttft_ms=80.0),
+            rec("endpoint", 1.0, valid=False, ttft_ms=1.0),  # an invalid session (stopped early) is left out
+            rec("graph", 8.0), rec("native", 4.0), {"kind": "failure", "mode": "eager"}]
+    head, body = display.server_overhead(recs)
+    assert "ITL 30.000 ms" in head and "TTFT 70.0 ms" in head and "3 sessions" in head and "uvicorn" in head
+    assert body == [["graph", "8.000", "+22.000", "3.75x"], ["native", "4.000", "+26.000", "7.50x"]]
+    assert display.server_overhead([rec("graph", 8.0)]) == ("", [])

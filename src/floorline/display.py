@@ -118,6 +118,30 @@ def markdown(records: list[dict], columns=COLUMNS) -> str:
     return markdown_table([h for h, _, _ in columns], rows(records, columns))
 
 
+SERVER_HEADER = ["in-process mode", "ms/step", "server ITL - step, ms", "ratio"]
+
+
+def server_overhead(records: list[dict]) -> tuple[str, list[list[str]]]:
+    """An endpoint's sessions beside `run`'s modes on the same weights (scripts/gpu_check.sh endpoint): a headline
+    (ITL: the median of the valid sessions' medians; TTFT likewise) and a row per in-process mode with the server's
+    ITL minus its step. ("", []) without valid endpoint records."""
+    import statistics
+
+    cells = [r for r in records if r.get("kind", "cell") == "cell" and r.get("valid")]
+    ep = [r for r in cells if r["mode"] == "endpoint"]
+    if not ep:
+        return "", []
+    itl = statistics.median(r["step_ms_median"] for r in ep)
+    ttft = statistics.median(r["ttft_ms"] for r in ep)
+    server = ep[0].get("endpoint_server") or f"the server (header {ep[0].get('endpoint_server_header')})"
+    each = ", ".join(f"{r['step_ms_median']:.1f}" for r in ep)
+    head = (f"{server}, {len(ep)} sessions of {ep[0]['ctx']} + {ep[0].get('steps')} tokens: ITL {itl:.3f} ms (median "
+            f"of the sessions' medians; each {each}), TTFT {ttft:.1f} ms")
+    body = [[r["mode"], f"{r['step_ms_median']:.3f}", f"{itl - r['step_ms_median']:+.3f}",
+             f"{itl / r['step_ms_median']:.2f}x"] for r in cells if r["mode"] != "endpoint"]
+    return head, body
+
+
 def csv_text(records: list[dict]) -> str:
     """Every key of every record; lists and dicts JSON-encoded in their cell."""
     keys: list[str] = []
