@@ -27,10 +27,48 @@ def test_native_agrees_with_hf_in_bf16(name, quant_name):
 def test_native_agrees_with_hf_at_ctx_16384(name):
     """The long-context path (256-position chunks, several tiles a program, the merge over many chunks) against HF
     in fp32 after a 16384-token prompt."""
-    _agreement(name, None, ctx=16384, steps=8)
+    _agreement(name, None, ctx=16384, steps=8, near_ties=True)
 
 
-def _agreement(name, quant_name, ctx: int, steps: int):
+@pytest.mark.parametrize("name", ["qwen2.5-7b"])
+def test_native_kernels_match_their_torch_references_at_ctx_16384(name):
+    """The Triton step against the same model's torch-reference step (fp32 math over the same bf16 weights and the
+    same bf16 cache), after a 16384-token prompt, 8 steps from the same state each: the kernels alone, without HF's
+    differences of prefill and rounding. Bound: q and the softmax weights enter the kernels' tensor-core dots in
+    bf16 (2^-8 relative each), which over 28 layers stays well under 3e-2 of the logits' norm."""
+    from floorline.native.model import NativeModel
+
+    a = zoo.ZOO[name]
+    dev = torch.device("cuda")
+    m = models.build_random(a, dev, "bf16", seed=0)
+    ctx = 16384
+    prompt = torch.randint(0, a.vocab, (1, ctx), device=dev, generator=torch.Generator(dev).manual_seed(1))
+    net = NativeModel(m, ctx + 16, ops="triton")
+    errs, agree = [], 0
+    with torch.inference_mode():
+        net.prefill(prompt, 1024)
+        for _ in range(8):
+            tok, pos = net.tok.clone(), net.pos.clone()
+            net.ops = "torch"
+            net.step()
+            ref = net.logits.clone()
+            net.tok.copy_(tok)
+            net.pos.copy_(pos)
+            net.ops = "triton"
+            net.step()
+            errs.append(((net.logits - ref).norm() / ref.norm()).item())
+            agree += int(net.logits.argmax() == ref.argmax())
+    print(f"{name} ctx {ctx}: Triton step vs torch-reference step, 8 steps: top-1 agreement {agree}, relative logit "
+          f"error {', '.join(f'{e:.2e}' for e in errs)}")
+    assert max(errs) < 3e-2 and agree >= 7
+
+
+def _agreement(name, quant_name, ctx: int, steps: int, near_ties: bool = False):
+    """Top-1 agreement and relative logit error of native and of HF bf16 against HF fp32, fed the same tokens. With
+    `near_ties` (ctx 16384, where HF's own bf16 path misses 2 of 8 on random weights) no count of agreements is asked
+    beyond HF bf16's less one; instead every step native decides differently must be a near tie of the fp32
+    reference: its logit gap (fp32 winner minus native's pick) within the largest logit error HF's bf16 path makes at
+    that step."""
     import copy
 
     from transformers import DynamicCache
@@ -54,6 +92,7 @@ def _agreement(name, quant_name, ctx: int, steps: int):
     net = NativeModel(m, ctx + steps + 8, ops="triton")
     agree = {"native": 0, "hf-bf16": 0}
     errs = {"native": [], "hf-bf16": []}
+    flips = []  # (step, fp32 logit gap of native's pick, HF bf16's largest logit error there)
     with torch.inference_mode():
         net.prefill(prompt, 1024)
         kb, kx = {cache_kwarg(m): DynamicCache(config=m.config)}, {cache_kwarg(m): DynamicCache(config=m.config)}
@@ -71,11 +110,18 @@ def _agreement(name, quant_name, ctx: int, steps: int):
             for k, got in (("native", net.logits), ("hf-bf16", hf)):
                 agree[k] += int(got.argmax() == want.argmax())
                 errs[k].append(((got - want).norm() / want.norm()).item())
+            if net.logits.argmax() != want.argmax():
+                flips.append((i, (want.max() - want[net.logits.argmax()]).item(), (hf - want).abs().max().item()))
             tok = want.argmax()
     print(f"{name} {quant_name or 'bf16'} ctx {ctx} vs HF fp32 over {steps} steps: top-1 agreement native "
           f"{agree['native']}, HF bf16 {agree['hf-bf16']}; relative logit error max native {max(errs['native']):.2e},"
-          f" HF bf16 {max(errs['hf-bf16']):.2e}")
-    assert agree["native"] >= agree["hf-bf16"] - 1 and agree["native"] >= steps - max(1, steps // 8)
+          f" HF bf16 {max(errs['hf-bf16']):.2e}; native's other picks (step, fp32 gap, HF bf16 max error): "
+          + ", ".join(f"({i}, {g:.3f}, {e:.3f})" for i, g, e in flips))
+    assert agree["native"] >= agree["hf-bf16"] - 1
+    if near_ties:
+        assert all(g <= e for _, g, e in flips), flips
+    else:
+        assert agree["native"] >= steps - max(1, steps // 8)
     assert max(errs["native"]) <= 1.5 * max(errs["hf-bf16"])
 
 
