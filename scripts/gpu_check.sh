@@ -152,25 +152,6 @@ for stage in "${stages[@]}"; do
         done
         echo "step tuning $st: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_step_tune$st.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
       done ;;
-    attn-prefetch)  # issue #14: the attention tile loop with the next K/V tile in registers (FLOORLINE_ATTN_PREFETCH=1)
-                    # against Triton's pipeline: the attention rows of the bench (each checked), then native bf16 steps
-                    # of qwen2.5-7b at ctx 2048 and 16384 (one process a cell)
-      for pf in 0 1; do
-        FLOORLINE_ATTN_PREFETCH=$pf timeout 120 python3 -m floorline.native.bench --only attention \
-          --json "$OUT/attn_prefetch$pf.json" > "$OUT/attn_prefetch$pf.log" 2>&1
-        echo "prefetch $pf:"; grep "|" "$OUT/attn_prefetch$pf.log" | grep -i attention
-      done
-      for pf in 0 1; do
-        FLOORLINE_ATTN_PREFETCH=$pf fl run --model qwen2.5-7b --ctx 2048,16384 --mode native \
-          --output "$OUT/attn_prefetch.jsonl" >> "$OUT/attn_prefetch.log" 2>&1
-      done
-      python3 - "$OUT/attn_prefetch.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    print(f"{r['model']} ctx {r['ctx']:>5} prefetch {r.get('native_attn_prefetch')}: {r['step_ms_median']:.3f} ms")
-PY
-      ;;
     final)  # issues #13, #14 on one short lease: the records of the final sources -- native int4 at ctx 2048 and bf16
             # at ctx 2048, 16384 (and 30720 for qwen2.5-7b) for both models, the per-kernel table (bf16 and the int4
             # CUDA GEMV, attention), explain of qwen2.5-7b int4, the native runtime's replay tests

@@ -146,8 +146,7 @@ def test_rope_kv_write_and_flash_decoding_match_their_references(heads, kv, pos)
 @interpreted
 @pytest.mark.parametrize("chunk, tile, length, pos", [(128, 32, 300, 200), (256, 64, 600, 517), (16, 16, 1120, 1105),
                                                       (32, 16, 2200, 2150)])
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk, tile, length, pos, prefetch):
+def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk, tile, length, pos):
     """The code the long contexts run: several tiles inside one program (chunk > tile: the online softmax's loop) and
     more than 64 chunks (the merge's loop over several blocks of chunks), at positions that end mid-tile."""
     heads, kv, d = 4, 2, 32
@@ -159,7 +158,7 @@ def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk
     kr, vr = kc.clone(), vc.clone()
     p = torch.tensor([pos], dtype=torch.int32)
     want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
-    scratch = K.AttnScratch(heads, kv, d, length, "cpu", chunk=chunk, tile=tile, prefetch=prefetch)
+    scratch = K.AttnScratch(heads, kv, d, length, "cpu", chunk=chunk, tile=tile)
     assert scratch.tile == tile and (pos + 1) % tile != 0  # the last live tile is cut mid-way
     if chunk == 16:
         assert scratch.nchunk > 64  # the merge reads its chunks in more than one block

@@ -227,8 +227,7 @@ def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages) -> dict:
     caches = [(torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16),
                torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16)) for _ in range(_copies(nbytes))]
     row = {"kernel": f"rope+kv+attention ctx {ctx}", "format": "bf16 KV", "shape": f"{h}q/{kv}kv x {d}",
-           "bytes": nbytes, "cublas_gbps": None,
-           "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps} " + ("prefetch" if sc.prefetch else f"s{sc.stages}")}
+           "bytes": nbytes, "cublas_gbps": None, "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps} s{sc.stages}"}
     # checked before it is timed, on copies of the first cache: RoPE, the KV write and the attention
     kr, vr = caches[0][0].clone(), caches[0][1].clone()
     want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, pos, kr, vr, h, kv, d), kr, vr, pos, d ** -0.5)

@@ -354,7 +354,7 @@ if triton is not None:
     def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
                     H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                     CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
-                    STAGES: tl.constexpr = 3, PREFETCH: tl.constexpr = 0):
+                    STAGES: tl.constexpr = 3):
         """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
         tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
         `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step."""
@@ -390,28 +390,15 @@ if triton is not None:
             acc = tl.zeros([GP, D], dtype=tl.float32)
             k = tl.where((rl == pos)[:, None], k_new, k0)
             v = tl.where((rl == pos)[:, None], v_new, v0)
-            if PREFETCH:  # two register buffers: the next tile's loads are in flight while this one is scored
-                live = rl <= pos
-                for off in tl.range(BL, CHUNK + BL, BL, num_stages=1):  # the last pass loads nothing
-                    rn = start + off + tl.arange(0, BL)
-                    old = (rn < pos) & (rn < start + CHUNK)
-                    base = kvh * stride_kh + rn[:, None] * D + d[None, :]
-                    kn = tl.load(KC + base, mask=old[:, None], other=0.0)
-                    vn = tl.load(VC + base, mask=old[:, None], other=0.0)
-                    m, l, acc = _attn_tile(q, k, v, live, m, l, acc, DOT_F32)
-                    k = tl.where((rn == pos)[:, None], k_new, kn)
-                    v = tl.where((rn == pos)[:, None], v_new, vn)
-                    live = (rn <= pos) & (rn < start + CHUNK)
-            else:
+            m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
+            # the chunk's further tiles, STAGES deep in Triton's software pipeline (3: its default for any loop)
+            for off in tl.range(BL, CHUNK, BL, num_stages=STAGES):
+                rl = start + off + tl.arange(0, BL)
+                old = rl < pos
+                base = kvh * stride_kh + rl[:, None] * D + d[None, :]
+                k = tl.where((rl == pos)[:, None], k_new, tl.load(KC + base, mask=old[:, None], other=0.0))
+                v = tl.where((rl == pos)[:, None], v_new, tl.load(VC + base, mask=old[:, None], other=0.0))
                 m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
-                # the chunk's further tiles, STAGES deep in Triton's software pipeline (3: its default for any loop)
-                for off in tl.range(BL, CHUNK, BL, num_stages=STAGES):
-                    rl = start + off + tl.arange(0, BL)
-                    old = rl < pos
-                    base = kvh * stride_kh + rl[:, None] * D + d[None, :]
-                    k = tl.where((rl == pos)[:, None], k_new, tl.load(KC + base, mask=old[:, None], other=0.0))
-                    v = tl.where((rl == pos)[:, None], v_new, tl.load(VC + base, mask=old[:, None], other=0.0))
-                    m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
             if PDL == 2:
                 tl.extra.cuda.gdc_launch_dependents()
             o = (kvh * NCHUNK + c) * GP + g
@@ -546,8 +533,7 @@ class AttnScratch:
     attn_chunk_len's, ATTN_BL, 8 warps and ATTN_STAGES."""
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int | None = None,
-                 tile: int | None = None, warps: int | None = None, stages: int | None = None,
-                 prefetch: bool | None = None):
+                 tile: int | None = None, warps: int | None = None, stages: int | None = None):
         device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
@@ -556,9 +542,6 @@ class AttnScratch:
         self.tile = min(tile or ATTN_BL, self.chunk)
         self.warps = warps or 8  # measured on the H200 (bench --attn-sweep: 7.1 us against 8.0 with 4 at ctx 2048)
         self.stages = stages or ATTN_STAGES
-        # the tile loop's next K/V tile in registers while this one is scored (FLOORLINE_ATTN_PREFETCH=1; off by
-        # default until measured on a GPU: Triton's pipeline (stages) did not change the time at ctx 16384)
-        self.prefetch = os.environ.get("FLOORLINE_ATTN_PREFETCH", "0") == "1" if prefetch is None else prefetch
         self.nchunk = -(-length // self.chunk)
         shape = (kv_heads, self.nchunk, self.gp)
         self.m = torch.empty(shape, device=device, dtype=torch.float32)
@@ -575,8 +558,7 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
                                             scale, k_cache.stride(0), scratch.nchunk, H=heads, KVH=kv_heads,
                                             G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk, BL=scratch.tile,
-                                            DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
-                                            PREFETCH=int(scratch.prefetch), num_warps=scratch.warps,
+                                            DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages, num_warps=scratch.warps,
                                             **_launch(pdl))
     _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, G=scratch.g,
                           GP=scratch.gp, D=d, CHUNK=scratch.chunk, CB=min(64, triton.next_power_of_2(scratch.nchunk)),

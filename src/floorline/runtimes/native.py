@@ -39,7 +39,6 @@ class Native(Runtime):
         from floorline.native import int4_cuda
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
-                "native_attn_prefetch": self.net.attn.prefetch,
                 "native_int4_configs": int4_cuda.tuned() or None,
                 "native_int4_step_tuning": int4_cuda.last_step_tuning or None}
 
