@@ -127,9 +127,7 @@ class NativeModel:
         mask = torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)  # row i sees 0..start+i
         for i, lay in enumerate(self.layers):
             hn = K.rmsnorm(x, lay["attn_norm"], self.eps)
-            qkv = _mm(hn, lay["qkv"])
-            if lay["qkv_bias"] is not None:
-                qkv = qkv + lay["qkv_bias"]
+            qkv = _mm(hn, lay["qkv"], lay["qkv_bias"])
             qkv = qkv.reshape(n, h + 2 * kv, d)
             q = K._rotate(qkv[:, :h], cos[:, None], sin[:, None])
             k = K._rotate(qkv[:, h:h + kv], cos[:, None], sin[:, None])
@@ -178,9 +176,13 @@ def _repoint(mods: list, fused: dict, assign, rows_per_entry: int = 1) -> None:
         start += rows
 
 
-def _mm(x: torch.Tensor, m: dict) -> torch.Tensor:
-    """x @ W^T in fp32 out: int4 dequantised to fp32; dense in the weights' dtype (as HF's prefill runs)."""
+def _mm(x: torch.Tensor, m: dict, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T (+ bias) in fp32 out: int4 dequantised to fp32; dense in the weights' dtype (as HF's prefill runs),
+    the bias added inside the product, before its one rounding. Adding it after the product was rounded to bf16
+    rounds twice, and the second rounding of a constant offset is the same error at every position: attention, which
+    averages v over the positions, keeps it (Qwen2's v bias: twice HF bf16's logit error after 4096 positions)."""
     if "scales" in m:
-        return x @ K.dequant_int4(m["w"], m["scales"], m["zeros"], m["layout"]).t()
+        y = x @ K.dequant_int4(m["w"], m["scales"], m["zeros"], m["layout"]).t()
+        return y if bias is None else y + bias
     w = m["w"]
-    return (x.to(w.dtype) @ w.t()).float()
+    return torch.nn.functional.linear(x.to(w.dtype), w, None if bias is None else bias.to(w.dtype)).float()
