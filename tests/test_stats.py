@@ -64,3 +64,17 @@ def test_spread_warning_threshold():
     # a spread of exactly 10% of the median is not above the threshold; 12% is
     assert stats.spread_warning({"step_ms_p10": 9.5, "step_ms_p90": 10.5, "step_ms_median": 10.0}) is None
     assert stats.spread_warning({"step_ms_p10": 9.4, "step_ms_p90": 10.6, "step_ms_median": 10.0}) is not None
+
+
+def test_drift_warning_on_steps_that_keep_getting_faster():
+    """The H200's eager steps: ~100 ms for the first half of a 300-step run, ~60 ms after (results/h200/endpoint/)."""
+    w = stats.drift_warning([100.0] * 150 + [60.0] * 150)
+    assert w is not None and "60 ms" in w and "100 ms" in w and "-40%" in w
+
+
+def test_no_drift_warning_on_scatter_without_a_trend_or_few_samples():
+    rng = np.random.default_rng(0)
+    assert stats.drift_warning(list(10 + rng.normal(0, 1, 300))) is None  # a wide spread, no trend
+    assert stats.drift_warning([10.0, 10.0, 10.0, 20.0, 20.0]) is None  # under 9 samples: no thirds to compare
+    assert stats.drift_warning([10.0] * 10 + [11.5] * 10) is not None  # +15%, slower
+    assert stats.drift_warning([10.0] * 10 + [10.5] * 10) is None  # +5%: within DRIFT_WARN

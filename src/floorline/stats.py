@@ -27,6 +27,23 @@ def spread_warning(s: dict) -> str | None:
     return None
 
 
+DRIFT_WARN = 0.10  # the last third's median this far from the first third's gets a warning
+
+
+def drift_warning(samples_ms: list[float]) -> str | None:
+    """Steps that keep getting faster or slower over the timed run (a clock, a cache, a host still warming up): the
+    median of the last third of the samples against the first third's. A spread says the samples scatter; this says
+    they move. None below 9 samples."""
+    n = len(samples_ms) // 3
+    if n < 3:
+        return None
+    first, last = float(np.median(samples_ms[:n])), float(np.median(samples_ms[-n:]))
+    if abs(last / first - 1) > DRIFT_WARN:
+        return (f"drifting: the last third of the steps has a median of {last:.3g} ms, the first third {first:.3g} ms "
+                f"({last / first - 1:+.0%}; kept all samples; a longer --warmup or a quieter machine)")
+    return None
+
+
 def bootstrap_ci(x: list[float], statistic: str = "mean", n_resamples: int = 10_000, seed: int = 0,
                  confidence: float = 0.95) -> tuple[float, float | None, float | None]:
     """(point estimate, low, high): scipy's percentile bootstrap of the mean or geometric mean of `x`.
