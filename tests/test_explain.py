@@ -5,7 +5,7 @@ import json
 import pytest
 
 from floorline import cli
-from floorline.explain import _merged_us
+from floorline.explain import _exclusive_us, _merged_us
 
 
 @pytest.mark.parametrize("iv, want", [
@@ -17,6 +17,28 @@ from floorline.explain import _merged_us
 ])
 def test_merged_intervals(iv, want):
     assert _merged_us(iv) == want
+
+
+@pytest.mark.parametrize("iv, want", [
+    ([], []),
+    ([(0, 10), (20, 25)], [10, 5]),  # a gap is nobody's
+    ([(0, 10), (5, 15), (12, 30)], [10, 5, 15]),  # a PDL chain: each starts early and waits; overlap is the earlier's
+    ([(0, 10), (2, 3)], [9, 1]),  # nested: the inner one while it runs, the outer one the rest
+    ([(5, 15), (0, 10)], [5, 10]),  # order of the list does not matter
+    ([(0, 10), (0, 10)], [10, 0]),  # identical: the first listed
+])
+def test_exclusive_shares(iv, want):
+    assert _exclusive_us(iv) == want
+
+
+def test_exclusive_shares_sum_to_the_union():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        iv = [(s, s + rng.randint(1, 30)) for s in (rng.randint(0, 100) for _ in range(rng.randint(1, 12)))]
+        got = _exclusive_us(iv)
+        assert sum(got) == _merged_us(iv) and all(0 <= g <= e - s for g, (s, e) in zip(got, iv))
 
 
 def test_explain_cpu_end_to_end(tmp_path, capsys):
@@ -34,6 +56,7 @@ def test_explain_cpu_end_to_end(tmp_path, capsys):
         assert r["kernel_excess_ms"] == pytest.approx(r["gpu_busy_ms"] - r["floor_ms_measured"])
         assert r["floor_ms_measured"] == pytest.approx(r["floor_bytes"] / (r["measured_gbps"] * 1e9) * 1e3)
         assert 0 < sum(k["share"] for k in r["top_kernels"]) <= 1.0 + 1e-9
+        assert all(0 < k["ms_per_step"] <= k["span_ms_per_step"] + 1e-9 for k in r["top_kernels"])
         assert r["attention_ms"] > 0  # SDPA shows up as a CPU op
     png = (tmp_path / "explain.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000

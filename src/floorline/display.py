@@ -207,12 +207,15 @@ def explain_rows(rows_: list[dict]) -> list[list[str]]:
              num(r["attention_gbps"], ".0f") if r.get("attention_gbps") else "-"] for r in rows_]
 
 
-TOP_KERNEL_HEADER = ["kernel", "ms/step", "calls/step", "share"]
+TOP_KERNEL_HEADER = ["kernel", "ms/step", "span ms/step", "calls/step", "share"]
 
 
 def top_kernel_rows(r: dict) -> list[list[str]]:
-    return [[x["name"][:90], f"{x['ms_per_step']:.3f}", f"{x['calls_per_step']:.0f}", f"{x['share']:.1%}"]
-            for x in r["top_kernels"]]
+    """ms/step: what the kernel adds to the busy time (explain._exclusive_us); span: from its start to its end,
+    which under programmatic dependent launch includes waiting for its predecessor. Records before the span was
+    kept show '-' there."""
+    return [[x["name"][:90], f"{x['ms_per_step']:.3f}", num(x.get("span_ms_per_step"), ".3f"),
+             f"{x['calls_per_step']:.0f}", f"{x['share']:.1%}"] for x in r["top_kernels"]]
 
 
 # ---------------------------------------------------------------------------------------------------------- quant

@@ -5,11 +5,16 @@ Per mode, on one built model: wall time per step (CUDA events, no profiler attac
   floor        = strict floor bytes / measured bandwidth
   kernel excess = GPU busy - floor            (GPU busy: device activity intervals, overlaps merged)
   idle gaps    = wall - GPU busy              (launch and host overhead: the GPU waits)
+Per kernel (the top-kernel table, attention): the time it adds to GPU busy, each stretch of busy time given to the
+kernel that ends first among those running then (_exclusive_us). Under programmatic dependent launch (mode native on
+Hopper) a kernel starts while its predecessor runs and waits for it, so its own span would count that wait twice;
+the shares sum to GPU busy. Each kernel's span is kept beside it (span_ms_per_step).
 On the CPU the "kernels" are the leaf aten ops of the profile and "GPU busy" is the time inside them.
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 import statistics
 import time
@@ -38,6 +43,25 @@ def _merged_us(intervals: list[tuple[float, float]]) -> float:
         else:
             cur_e = max(cur_e, e)
     return total + (cur_e - cur_s if cur_e is not None else 0.0)
+
+
+def _exclusive_us(intervals: list[tuple[float, float]]) -> list[float]:
+    """Each interval's share of the union of all: a stretch that several cover goes to the one that ends first (ties:
+    the first listed). The shares sum to _merged_us(intervals)."""
+    out = [0.0] * len(intervals)
+    order = sorted(range(len(intervals)), key=lambda i: intervals[i][0])
+    points = sorted({p for iv in intervals for p in iv})
+    running: list[tuple[float, int]] = []  # (end, index), a heap
+    j = 0
+    for a, b in zip(points, points[1:]):
+        while j < len(order) and intervals[order[j]][0] <= a:
+            heapq.heappush(running, (intervals[order[j]][1], order[j]))
+            j += 1
+        while running and running[0][0] <= a:
+            heapq.heappop(running)
+        if running:
+            out[running[0][1]] += b - a
+    return out
 
 
 def _device_events(prof, cuda: bool) -> list:
@@ -87,13 +111,19 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
             rt.close()
     evs = _device_events(prof, cuda)
     k = profile_steps
-    busy_ms = _merged_us([(e.time_range.start, e.time_range.end) for e in evs]) / 1e3 / k
-    by_name: dict[str, list[float]] = defaultdict(list)
-    for e in evs:
-        by_name[e.name].append((e.time_range.end - e.time_range.start) / 1e3)
-    total_ms = sum(sum(v) for v in by_name.values()) / k or float("nan")
-    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:TOP_KERNELS]
-    attn_ms = sum(e.time_range.end - e.time_range.start for e in _attention_events(prof, evs, cuda)) / 1e3 / k
+    spans = [(e.time_range.start, e.time_range.end) for e in evs]
+    busy_ms = _merged_us(spans) / 1e3 / k
+    own = _exclusive_us(spans)  # us each kernel adds to busy (its span less what overlaps a kernel ending earlier)
+    by_name: dict[str, list[tuple[float, float]]] = defaultdict(list)  # name: [(own ms, span ms)]
+    for e, (s0, s1), o in zip(evs, spans, own):
+        by_name[e.name].append((o / 1e3, (s1 - s0) / 1e3))
+    total_ms = sum(o for v in by_name.values() for o, _ in v) / k or float("nan")
+    top = sorted(by_name.items(), key=lambda kv: -sum(o for o, _ in kv[1]))[:TOP_KERNELS]
+    if cuda:
+        attn = {id(e) for e in _attention_events(prof, evs, cuda)}
+        attn_ms = sum(o for e, o in zip(evs, own) if id(e) in attn) / 1e3 / k
+    else:  # SDPA is no leaf op on the CPU: its outermost events' spans
+        attn_ms = sum(e.time_range.end - e.time_range.start for e in _attention_events(prof, evs, cuda)) / 1e3 / k
     wall_ms = statistics.median(wall)
     floor_ms = strict.ms(ses.base["measured_gbps"])
     kv_bytes = strict.components["kv_read"] + strict.components["kv_write"]
@@ -107,8 +137,9 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
         "kernels_per_step": len(evs) / k, "host_enqueue_ms": statistics.median(host), "host_samples_ms": host,
         "attention_ms": attn_ms, "attention_kv_bytes": kv_bytes,
         "attention_gbps": kv_bytes / (attn_ms * 1e-3) / 1e9 if attn_ms > 0 else None,
-        "top_kernels": [{"name": n, "ms_per_step": sum(ds) / k, "calls_per_step": len(ds) / k,
-                         "share": sum(ds) / k / total_ms} for n, ds in top],
+        "top_kernels": [{"name": n, "ms_per_step": sum(o for o, _ in ds) / k,
+                         "span_ms_per_step": sum(sp for _, sp in ds) / k, "calls_per_step": len(ds) / k,
+                         "share": sum(o for o, _ in ds) / k / total_ms} for n, ds in top],
         "busy_is": "GPU kernels and copies" if cuda else "leaf aten ops on the CPU",
         "timestamp": ses.base["timestamp"], "floorline_version": ses.base["floorline_version"],
     }
