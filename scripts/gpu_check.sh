@@ -27,7 +27,11 @@
 #               127.0.0.1 port and measured by `floorline endpoint` (ctx 2048, 5 sessions, 64 tokens), then the
 #               server stopped and `floorline run --mode eager,graph,native` on the same weights: the server's
 #               overhead per token over the in-process step (issue: endpoint). transformers[serving] is not on the
-#               H200: first, on a machine with PyPI, `scripts/serve_wheels.sh` (15 wheels, 5 MB, into .whl/)
+#               H200: first, on a machine with PyPI, `scripts/serve_wheels.sh` (15 wheels, 5 MB, into .whl/).
+#               ENDPOINT_MODEL, ENDPOINT_DEVICE, ENDPOINT_MODES, ENDPOINT_CTX override it (a CPU dry run: tiny-qwen2,
+#               cpu, eager, 256)
+#     recheck   the ctx-16384 agreement tests and explain of the native steps (int4, bf16): what the last session
+#               changed without a GPU left to check it
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -151,6 +155,16 @@ for stage in "${stages[@]}"; do
             --output "$OUT/int4_step_tune$st.jsonl" >> "$OUT/int4_step.log" 2>&1
         done
         echo "step tuning $st: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_step_tune$st.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
+      done ;;
+    recheck)  # what the last session changed without a GPU left to check it: the ctx-16384 agreement tests after the
+              # prefill's single rounding of q/k/v + bias, and explain's per-kernel split (time each kernel adds to
+              # busy, not its span) of the native steps, int4 and bf16, qwen2.5-7b ctx 2048
+      timeout 300 python3 -m pytest -q -s -m gpu tests/test_gpu_native.py -k 16384 2>&1 \
+        | grep -E "vs HF fp32|vs torch-reference|passed|failed" | tee "$OUT/pytest_16384.log"
+      for q in int4 none; do
+        timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant $q \
+          --out "$OUT/explain_native_$q" > "$OUT/explain_native_$q.log" 2>&1
+        grep -E "native|gemv|attn|kernel" "$OUT/explain_native_$q.log" | head -12
       done ;;
     final)  # issues #13, #14 on one short lease: the records of the final sources -- native int4 at ctx 2048 and bf16
             # at ctx 2048, 16384 (and 30720 for qwen2.5-7b) for both models, the per-kernel table (bf16 and the int4
