@@ -51,6 +51,7 @@ t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c 'import torch, transformers, triton; print("torch", torch.__version__, "transformers", transformers.__version__, "triton", triton.__version__)'
 fl() { python3 -m floorline "$@"; }
+medians() { grep -h -o '"step_ms_median": [0-9.]*' "$@" | cut -d' ' -f2 | paste -sd' '; }  # of the records in files
 
 for stage in "${stages[@]}"; do
   echo "== $stage ($(( $(date +%s) - t0 )) s)"
@@ -127,7 +128,7 @@ for stage in "${stages[@]}"; do
           FLOORLINE_PDL=$mode fl run --model qwen2.5-7b --ctx 2048 --quant $q --mode native \
             --output "$OUT/pdl_$mode.jsonl" >> "$OUT/pdl.log" 2>&1
         done
-        echo "PDL $mode: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/pdl_$mode.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
+        echo "PDL $mode: $(medians "$OUT/pdl_$mode.jsonl") ms"
       done
       if [ -n "${ATTN_SWEEP:-}" ]; then
         python3 -m floorline.native.bench --only attention --attn-sweep --json "$OUT/attn.json" > "$OUT/attn.log" 2>&1
@@ -140,21 +141,22 @@ for stage in "${stages[@]}"; do
           FLOORLINE_INT4_ZERO=$z fl run --model $m --ctx 2048 --quant int4 --mode native \
             --output "$OUT/int4_zero_$z.jsonl" >> "$OUT/int4_zero.log" 2>&1
         done
-        echo "zero point $z: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_zero_$z.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
+        echo "zero point $z: $(medians "$OUT/int4_zero_$z.jsonl") ms"
       done
       for z in ${INT4_ZEROS:-sub sum subnormal}; do
         FLOORLINE_INT4_ZERO=$z python3 -m floorline.native.bench --only "qkv,o (,gate_up,down" --formats "int4 cuda" \
           --json "$OUT/int4_zero_bench_$z.json" > "$OUT/int4_zero_bench_$z.log" 2>&1
         echo "zero point $z:"; grep "int4 cuda" "$OUT/int4_zero_bench_$z.log"
       done ;;
-    int4-step)  # issue #13: the int4 launch configs re-timed inside the step (default) against the one-launch timer's
-                # choices (FLOORLINE_INT4_STEP_TUNE=0); native int4 at ctx 2048, both models (one process a cell)
-      for st in 1 0; do  # (FLOORLINE_INT4_STEP_TUNE=1 opts in)
+    int4-step)  # issue #13: the int4 launch configs re-timed inside the step (FLOORLINE_INT4_STEP_TUNE=1, opt-in)
+                # against the one-launch timer's choices (0, the default); native int4 at ctx 2048, both models (one
+                # process a cell)
+      for st in 1 0; do
         for m in ${INT4_MODELS:-qwen2.5-7b llama-3.1-8b}; do
           FLOORLINE_INT4_STEP_TUNE=$st fl run --model $m --ctx 2048 --quant int4 --mode native \
             --output "$OUT/int4_step_tune$st.jsonl" >> "$OUT/int4_step.log" 2>&1
         done
-        echo "step tuning $st: $(grep -h -o '"step_ms_median": [0-9.]*' "$OUT/int4_step_tune$st.jsonl" | cut -d' ' -f2 | paste -sd' ') ms"
+        echo "step tuning $st: $(medians "$OUT/int4_step_tune$st.jsonl") ms"
       done ;;
     recheck)  # what the last session changed without a GPU left to check it: the ctx-16384 agreement tests after the
               # prefill's single rounding of q/k/v + bias, and explain's per-kernel split (time each kernel adds to
@@ -231,8 +233,8 @@ for _ in range(300):  # up to ~5 min for 15 GB of safetensors
         time.sleep(1)
 sys.exit("transformers serve did not listen in 300 s")
 PY
-      fl endpoint --url "http://127.0.0.1:$port/v1" --model "$d" --served-model "$d" --ctx ${ENDPOINT_CTX:-2048} --sessions 5 \
-        --steps 64 --warmup 5 --output "$OUT/endpoint.jsonl" --format md 2>&1 | tee "$OUT/endpoint.log"
+      fl endpoint --url "http://127.0.0.1:$port/v1" --model "$d" --served-model "$d" --ctx "${ENDPOINT_CTX:-2048}" \
+        --sessions 5 --steps 64 --warmup 5 --output "$OUT/endpoint.jsonl" --format md 2>&1 | tee "$OUT/endpoint.log"
       kill "$serve_pid"; wait "$serve_pid" 2>/dev/null
       fl run --model "$d" --ctx ${ENDPOINT_CTX:-2048} --mode ${ENDPOINT_MODES:-eager,graph,native} --device "$edev" \
         --output "$OUT/endpoint.jsonl" --format md 2>&1 | tee -a "$OUT/endpoint.log" ;;

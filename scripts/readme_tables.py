@@ -222,20 +222,23 @@ def h200_endpoint() -> str:
     busy = sorted({int(r[1].split()[0]) for r in rows if float(r[4].split()[0]) > 90})
     clock = f"{busy[0]} MHz" if len(busy) == 1 else f"{busy[0]}-{busy[-1]} MHz"
     beyond = [float(r[2]) for r in body if r[0] != "eager"]
+    sessions = [r["step_ms_median"] for r in recs if r["mode"] == "endpoint" and r.get("valid")]
     return (_para(f"From `{_rel(path)}` ({r0['device_name']}, transformers {r0['transformers_version']}, "
-                  f"{r0['model']} with random weights, bf16, ctx {r0['ctx']}): {head}.")
+                  f"{r0['model']} with random weights, bf16, ctx {r0['ctx']}; sources {r0['source_sha256']}): "
+                  f"{head}.")
             + "\n" + display.markdown_table(display.SERVER_HEADER, body) + "\n\n"
-            + _para(f"The eager row is no overhead figure: HF eager is bound by the host's Python, and on this host its "
-                    f"step drifts within one process. `{_rel(trend_path)}` ({len(s)} steps of {t['model']} at ctx "
-                    f"{t['ctx']}, one process, the GPU's SM clock {clock} throughout, `clocks.csv` beside it): medians of "
-                    f"each 30 steps {meds} ms. The server's first session (a fresh process) is as slow as run's "
-                    f"eager; its later ones are faster than any eager step measured here. The graph and native rows "
-                    f"are GPU-bound and steady: the server spends {min(beyond):.0f}-{max(beyond):.0f} ms a token beyond "
-                    f"them."))
+            + _para(f"The eager row is no overhead figure: HF eager is bound by the host's Python, and on this host "
+                    f"its step drifts within one process. `{_rel(trend_path)}` ({len(s)} steps of {t['model']} at "
+                    f"ctx {t['ctx']}, one process, the GPU's SM clock {clock} throughout, `clocks.csv` beside it): "
+                    f"medians of each 30 steps {meds} ms, the fastest step {min(s):.0f} ms. The server's first "
+                    f"session (a fresh process) took {sessions[0]:.0f} ms a token, its later ones "
+                    f"{min(sessions[1:]):.0f}-{max(sessions[1:]):.0f}. The graph and native rows are GPU-bound and "
+                    f"steady: the server spends {min(beyond):.0f}-{max(beyond):.0f} ms a token beyond them."))
 
 
-BLOCKS = {"bandwidth": bandwidth, "cpu-run": cpu_run, "first-minute": first_minute, "h200-run": h200_run, "grid": grid, "h200-ab": h200_ab,
-          "h200-explain": h200_explain, "h200-quant": h200_quant, "h200-endpoint": h200_endpoint, "predict-validation": predict_validation}
+BLOCKS = {"bandwidth": bandwidth, "cpu-run": cpu_run, "first-minute": first_minute, "h200-run": h200_run, "grid": grid,
+          "h200-ab": h200_ab, "h200-explain": h200_explain, "h200-quant": h200_quant, "h200-endpoint": h200_endpoint,
+          "predict-validation": predict_validation}
 
 
 def render(text: str) -> tuple[str, list[str]]:

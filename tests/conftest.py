@@ -106,3 +106,31 @@ def read_jsonl_strict(path: Path) -> list[dict]:
         assert isinstance(rec, dict)
         out.append(rec)
     return out
+
+
+def native_vs_hf(m, exact, net, prompt, steps: int, chunk: int = 1024) -> list[dict]:
+    """The same prompt through native (`net`, built over the bf16 model `m`), HF's bf16 path (`m`) and HF in fp32
+    (`exact`, the same weights), each prefilled in `chunk`-token pieces, then `steps` greedy steps all fed HF fp32's
+    token. Per step: the fp32 logits (`want`), native's and HF bf16's (`native`, `hf`), fp32."""
+    from transformers import DynamicCache
+
+    from floorline.runtimes.base import cache_kwarg
+
+    n, dev = prompt.shape[1], prompt.device
+    out = []
+    net.prefill(prompt, chunk)
+    kb, kx = {cache_kwarg(m): DynamicCache(config=m.config)}, {cache_kwarg(m): DynamicCache(config=m.config)}
+    for s in range(0, n, chunk):  # HF's prefill in pieces too (its fp32 attention over a long prompt at once would
+        part = prompt[:, s:s + chunk]  # not fit), positions given
+        pos = torch.arange(s, s + part.shape[1], device=dev)[None]
+        m(input_ids=part, position_ids=pos, use_cache=True, **kb)
+        tok = exact(input_ids=part, position_ids=pos, use_cache=True, **kx).logits[0, -1].argmax()
+    for i in range(steps):
+        net.tok.copy_(tok.view(1))
+        net.step()
+        pos = torch.tensor([[n + i]], device=dev)
+        want = exact(input_ids=tok.view(1, 1), position_ids=pos, use_cache=True, **kx).logits[0, -1]
+        hf = m(input_ids=tok.view(1, 1), position_ids=pos, use_cache=True, **kb).logits[0, -1].float()
+        out.append({"want": want, "native": net.logits.clone(), "hf": hf})
+        tok = want.argmax()
+    return out

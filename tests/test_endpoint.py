@@ -213,7 +213,8 @@ def test_stub_tokenize_path_api_key_and_server_name(stub, tmp_path, monkeypatch)
     completion = [s for s in Stub.seen if s[0] == "POST" and s[1] == "/v1/completions"][0]
     assert isinstance(completion[3]["prompt"], list) and len(completion[3]["prompt"]) == 32
     assert completion[3]["ignore_eos"] is True and completion[3]["temperature"] == 0 and completion[3]["stream"]
-    assert {k.lower(): v for k, v in completion[2].items()}["authorization"] == "Bearer sk-secret-123"  # sent, never written
+    # sent, never written
+    assert {k.lower(): v for k, v in completion[2].items()}["authorization"] == "Bearer sk-secret-123"
     assert "sk-secret-123" not in (tmp_path / "s.jsonl").read_text()
     assert r["endpoint_api_key_env"] == "FLOORLINE_API_KEY"
     assert (r["endpoint_server"], r["endpoint_server_version"]) == ("llama.cpp", "b9999-stub")

@@ -71,13 +71,11 @@ def _agreement(name, quant_name, ctx: int, steps: int, near_ties: bool = False):
     that step."""
     import copy
 
-    from transformers import DynamicCache
-
+    from conftest import native_vs_hf
     from floorline import quant
     from floorline.native import int4_format as F
     from floorline.native.model import NativeModel
     from floorline.quant.base import decoder_linears
-    from floorline.runtimes.base import cache_kwarg
 
     a = zoo.ZOO[name]
     dev = torch.device("cuda")
@@ -94,25 +92,14 @@ def _agreement(name, quant_name, ctx: int, steps: int, near_ties: bool = False):
     errs = {"native": [], "hf-bf16": []}
     flips = []  # (step, fp32 logit gap of native's pick, HF bf16's largest logit error there)
     with torch.inference_mode():
-        net.prefill(prompt, 1024)
-        kb, kx = {cache_kwarg(m): DynamicCache(config=m.config)}, {cache_kwarg(m): DynamicCache(config=m.config)}
-        for s in range(0, ctx, 1024):  # HF's prefill in chunks too (its fp32 attention over 16k positions at once
-            part = prompt[:, s:s + 1024]  # would not fit), positions given
-            pos = torch.arange(s, s + part.shape[1], device=dev)[None]
-            m(input_ids=part, position_ids=pos, use_cache=True, **kb)
-            tok = exact(input_ids=part, position_ids=pos, use_cache=True, **kx).logits[0, -1].argmax()
-        for i in range(steps):
-            net.tok.copy_(tok.view(1))
-            net.step()
-            pos = torch.tensor([[ctx + i]], device=dev)
-            want = exact(input_ids=tok.view(1, 1), position_ids=pos, use_cache=True, **kx).logits[0, -1]
-            hf = m(input_ids=tok.view(1, 1), position_ids=pos, use_cache=True, **kb).logits[0, -1].float()
-            for k, got in (("native", net.logits), ("hf-bf16", hf)):
-                agree[k] += int(got.argmax() == want.argmax())
-                errs[k].append(((got - want).norm() / want.norm()).item())
-            if net.logits.argmax() != want.argmax():
-                flips.append((i, (want.max() - want[net.logits.argmax()]).item(), (hf - want).abs().max().item()))
-            tok = want.argmax()
+        trace = native_vs_hf(m, exact, net, prompt, steps)
+    for i, t in enumerate(trace):
+        want = t["want"]
+        for k, got in (("native", t["native"]), ("hf-bf16", t["hf"])):
+            agree[k] += int(got.argmax() == want.argmax())
+            errs[k].append(((got - want).norm() / want.norm()).item())
+        if t["native"].argmax() != want.argmax():
+            flips.append((i, (want.max() - want[t["native"].argmax()]).item(), (t["hf"] - want).abs().max().item()))
     print(f"{name} {quant_name or 'bf16'} ctx {ctx} vs HF fp32 over {steps} steps: top-1 agreement native "
           f"{agree['native']}, HF bf16 {agree['hf-bf16']}; relative logit error max native {max(errs['native']):.2e},"
           f" HF bf16 {max(errs['hf-bf16']):.2e}; native's other picks (step, fp32 gap, HF bf16 max error): "
@@ -138,7 +125,8 @@ def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
 
     a = zoo.ZOO["tiny-llama"]
     if quant_name:
-        a = dataclasses.replace(a, name="small-llama", hidden=1024, intermediate=2048, heads=8, head_dim=128, params=None)
+        a = dataclasses.replace(a, name="small-llama", hidden=1024, intermediate=2048, heads=8, head_dim=128,
+                                params=None)
     # fp32 (int4: bf16 weights, as quant converts them): the activations are fp32 in both, no near-ties between them
     m = models.build_random(a, torch.device("cuda"), "bf16" if quant_name else "fp32", seed=0)
     if quant_name:

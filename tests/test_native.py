@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import native_vs_hf, run_cli
 from floorline import models, quant, zoo
 from floorline.native import int4_format
 
@@ -256,34 +256,15 @@ def test_native_long_prompt_error_is_below_hf_bf16_on_a_biased_model():
     import copy
     import dataclasses
 
-    from transformers import DynamicCache
-
-    from floorline.runtimes.base import cache_kwarg
-
     a = dataclasses.replace(zoo.ZOO["qwen2.5-7b"], hidden=256, intermediate=768, layers=4, heads=14, kv_heads=2,
                             head_dim=64, vocab=4096, params=None)
     m = models.build_random(a, torch.device("cpu"), "bf16", seed=0)
     exact = copy.deepcopy(m).float()
     ctx = 2048
     prompt = torch.randint(0, a.vocab, (1, ctx), generator=torch.Generator().manual_seed(1))
-    net = NativeModel(m, ctx + 8, ops="torch")
-    errs = {"native": [], "hf": []}
     with torch.inference_mode():
-        net.prefill(prompt, 1024)
-        kb, kx = {cache_kwarg(m): DynamicCache(config=m.config)}, {cache_kwarg(m): DynamicCache(config=m.config)}
-        for s in range(0, ctx, 1024):
-            pos = torch.arange(s, s + 1024)[None]
-            m(input_ids=prompt[:, s:s + 1024], position_ids=pos, use_cache=True, **kb)
-            tok = exact(input_ids=prompt[:, s:s + 1024], position_ids=pos, use_cache=True, **kx).logits[0, -1].argmax()
-        for i in range(4):
-            net.tok.copy_(tok.view(1))
-            net.step()
-            pos = torch.tensor([[ctx + i]])
-            want = exact(input_ids=tok.view(1, 1), position_ids=pos, use_cache=True, **kx).logits[0, -1]
-            hf = m(input_ids=tok.view(1, 1), position_ids=pos, use_cache=True, **kb).logits[0, -1]
-            errs["native"].append(_rel(net.logits, want))
-            errs["hf"].append(_rel(hf, want))
-            tok = want.argmax()
+        trace = native_vs_hf(m, exact, NativeModel(m, ctx + 8, ops="torch"), prompt, 4)
+    errs = {k: [_rel(t[k], t["want"]) for t in trace] for k in ("native", "hf")}
     assert max(errs["native"]) < 0.6 * min(errs["hf"]), errs
 
 

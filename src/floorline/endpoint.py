@@ -58,7 +58,7 @@ class EndpointConfig:
     group_size: int = 128
     bpw: str | None = None  # average bits per weight of every weight matrix, or a ggml type name (Q4_K, Q8_0)
     gpu: str | None = None  # the server's GPU (datasheet peak), when not detected here
-    device: str = "auto"  # where the server runs when it runs on this host: measure its streaming bandwidth; none: do not
+    device: str = "auto"  # where the server runs when on this host: its streaming bandwidth is measured; none: not
     api_key_env: str | None = None
     timeout_s: float = 600.0
     download: bool = False
@@ -113,17 +113,26 @@ def api_key(env: str | None) -> tuple[str, str | None]:
     return "EMPTY", None
 
 
+def format_floor(a: zoo.Arch, ctx: int, dtype: str, convention: str, weight_bits: int | None = None,
+                 group_size: int = 128, bpw: float | None = None) -> floor.Floor:
+    """The floor with the weight matrices as a server holds them: `bpw` bits per weight (GGUF-style), or intN with
+    groups (`weight_bits`), or dense `dtype`; norms, biases and the KV cache at `dtype`."""
+    if bpw is not None:
+        return gguf.floor_at_bpw(a, ctx, bpw, dtype, convention)
+    return floor.floor(a, ctx, floor.weight_format(dtype, weight_bits, group_size), convention)
+
+
 def weight_floors(a: zoo.Arch, ctx: int, cfg: EndpointConfig) -> tuple[floor.Floor, floor.Floor, dict]:
     """(strict, paper, what the record says about the weight format)."""
     if cfg.bpw is not None:
         if cfg.weight_bits is not None:
             raise UserError("give --bpw or --weight-bits, not both")
         bpw, label = gguf.parse_bpw(cfg.bpw)
-        fl = [gguf.floor_at_bpw(a, ctx, bpw, cfg.dtype, c) for c in ("strict", "paper")]
+        fl = [format_floor(a, ctx, cfg.dtype, c, bpw=bpw) for c in ("strict", "paper")]
         return fl[0], fl[1], {"quant": label, "weight_bits_per_weight": bpw, "weight_format": f"{label}: every "
                               f"weight matrix at {bpw:g} bits, norms, biases and KV cache {cfg.dtype}"}
     fmt = floor.weight_format(cfg.dtype, cfg.weight_bits, cfg.group_size)
-    fl = [floor.floor(a, ctx, fmt, c) for c in ("strict", "paper")]
+    fl = [format_floor(a, ctx, cfg.dtype, c, cfg.weight_bits, cfg.group_size) for c in ("strict", "paper")]
     label = f"int{fmt.bits}-g{fmt.group_size}" if fmt.bits else "none"
     return fl[0], fl[1], {"quant": label, "weight_bits_per_weight": fmt.bits or fmt.dense_bytes * 8,
                           "weight_group_size": fmt.group_size if fmt.bits else None}

@@ -59,7 +59,7 @@ def run_spec(spec: str, ranks: int = 1, timeout_s: float | None = None, env: dic
         out = Path(d) / "records.jsonl"
         rank_env = [{}] if ranks == 1 else [
             {**TP_ENV, "FLOORLINE_TP_RANK": str(r), "FLOORLINE_TP_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1",
-             "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),  # torchrun's names: transformers reads them
+             "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),  # torchrun's names (transformers)
              "MASTER_PORT": str(port), "FLOORLINE_TP_SCRATCH": str(Path(d) / "scratch")}
             for port in [_free_port()] for r in range(ranks)]
         procs, errs = [], []

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from floorline import floor, gguf, modes, published, records, specs, tp, zoo
+from floorline import endpoint, floor, modes, published, records, specs, tp, zoo
 from floorline.errors import UserError
 
 REPLAY_MODES = ("graph", "compile")  # no per-kernel host launch cost
@@ -170,14 +170,14 @@ def _endpoint_format(r: dict) -> tuple:
 
 
 def _endpoint_floor(arch: zoo.Arch, ctx: int, fmt: tuple, dtype: str, convention: str) -> floor.Floor:
-    """The floor in an endpoint record's weight format: dense, intN with groups (--weight-bits), or bits per weight
-    (--bpw), as endpoint.weight_floors counts it."""
+    """The floor in an endpoint record's weight format (_endpoint_format: dense, intN with groups, or bits per
+    weight), counted as `floorline endpoint` counted it."""
     quant, bits, group = fmt
     if quant == "none":
-        return floor.floor(arch, ctx, floor.weight_format(dtype), convention)
+        return endpoint.format_floor(arch, ctx, dtype, convention)
     if group:
-        return floor.floor(arch, ctx, floor.weight_format(dtype, int(bits), int(group)), convention)
-    return gguf.floor_at_bpw(arch, ctx, float(bits), dtype, convention)
+        return endpoint.format_floor(arch, ctx, dtype, convention, int(bits), int(group))
+    return endpoint.format_floor(arch, ctx, dtype, convention, bpw=float(bits))
 
 
 def _kernel_model(explain: list[dict]) -> KernelModel:

@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen2.5-7b")
     p.add_argument("--json", default=None, help="also write the rows here")
-    p.add_argument("--attn-sweep", action="store_true", help="also time attention over chunk x tile x warps x pipeline stages")
+    p.add_argument("--attn-sweep", action="store_true",
+                   help="also time attention over chunk x tile x warps x pipeline stages")
     p.add_argument("--gemv-sweep", action="store_true",
                    help="time every int4 GEMV launch config (CUDA) and, with --triton-tiles, every Triton tile of "
                         "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
@@ -68,7 +69,8 @@ def main(argv=None) -> int:
                         "`attention` for its rows (left out otherwise)")
     p.add_argument("--formats", default=None,
                    help="comma-separated formats of the GEMV rows: bf16, int4 cuda, int4 (Triton); default all")
-    p.add_argument("--int4-config", default=None, help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages")
+    p.add_argument("--int4-config", default=None,
+                   help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)
@@ -185,7 +187,8 @@ def _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, json_path, triton_tiles: boo
                 err = ((out - want).norm() / want.norm()).item()
                 us = chain_us([lambda o=o: K.tri_gemv(o[0], x, scales=o[1], zeros=o[2], out=out, config=cfg,
                                                       layout="mma", **kw) for o in mops])
-                rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}", "config": "cuda " + int4_cuda.config_name(cfg),
+                rows.append({"kernel": f"gemv {name}", "shape": f"{n}x{k}",
+                             "config": "cuda " + int4_cuda.config_name(cfg),
                              "us": us, "bytes": nbytes, "gbps": nbytes / us / 1e3, "rel_err": err})
                 print(f"  {name} {rows[-1]['config']}: {us:.1f} us, err {err:.1e}", flush=True)
             del mops

@@ -1,14 +1,15 @@
 """The batch-1 W4A16 GEMV in CUDA C++, compiled at run time by NVRTC (no nvcc on the user's machine): int4 at its floor.
 
-Why CUDA and not Triton: the Triton GEMV spends ~5 instructions a weight (164 registers, 19% occupancy, Nsight
-Compute on the H200) and streams 1.0-1.6 TB/s. Here a weight costs well under two: each warp owns one 16-row tile
+Why CUDA and not Triton: the Triton GEMV spends ~5 instructions a weight (164 registers, 19% occupancy, Nsight Compute
+on the H200) and streams 1.0-1.6 TB/s. Here a weight costs well under two: each warp owns one 16-row tile
 (int4_format's `mma` layout) and a share of its groups; a lane's 16-byte load is four tensor-core A fragments, which
 one AND a pair turns into fp16 subnormals (code x 2^-24, exact), and `mma.m16n8k16` multiplies by the input (fp16,
 fp32 accumulate) -- 256 weights an instruction, the tensor cores otherwise idle at batch 1; the zero point comes off
 once per group and row as zero x the group's input sum, the group's scale once per 128 weights of a row, in fp32
-(ZERO_POINT below: the exact packed subtraction of 1024 + zero is the alternative). The input is converted once per block into shared memory, laid out so each lane reads its
-B fragments for four steps with two 16-byte loads; RMSNorm's 1/rms is computed first (every block reads all of x)
-so the fp16 inputs are normalised (no overflow from a large residual stream).
+(ZERO_POINT below: the exact packed subtraction of 1024 + zero is the alternative). The input is converted once per
+block into shared memory, laid out so each lane reads its B fragments for four steps with two 16-byte loads; RMSNorm's
+1/rms is computed first (every block reads all of x) so the fp16 inputs are normalised (no overflow from a large
+residual stream).
 
 Fusions, as the Triton GEMV has them: RMSNorm prologue, bias, silu(gate) * up (a block holds gate tile t and up tile
 t), y += W x in place (the residual stream), split-K over blocks with fp32 atomics where the output is that residual.
@@ -510,8 +511,8 @@ def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90")."""
     pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
     warps, ahead, stages = config[0], config[1], config[4]
-    defines = dict(STAGES=stages, WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic,
-                   XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
+    defines = dict(STAGES=stages, WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc,
+                   ATOMIC=atomic, XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()

@@ -115,7 +115,7 @@ def _pdl_default() -> int:
     for its own predecessor; one kernel ahead, its programs resident and their first loads in flight while this one
     runs), `late` (after its main loop), `early` (at its start: the next kernel may let the one after it launch too, a
     chain of waiting programs holding the SMs) or `off` (plain stream order). On the H200, qwen2.5-7b ctx 2048:
-    after-wait 1.739 ms int4, 3.769 ms bf16; late 1.840, 3.838 (results/h200/native/pdl_*.jsonl)."""
+    after-wait 1.739 ms int4, 3.769 ms bf16; late 1.840, 3.838 (results/h200/pdl/pdl_*.jsonl)."""
     if INTERPRET or triton is None or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         return 0
     mode = os.environ.get("FLOORLINE_PDL", "after-wait")

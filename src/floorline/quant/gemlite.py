@@ -14,7 +14,6 @@ from floorline import floor
 from floorline.quant.base import GROUP, Backend, Packed, rtn
 
 
-
 class Int4Gemlite(Backend):
     name = "int4-gemlite"
     library = "gemlite"

@@ -16,7 +16,6 @@ from floorline import floor
 from floorline.quant.base import GROUP, Backend, Packed, dequant, pack_int4_int32, rtn
 
 
-
 class ExLlamaV2Linear(torch.nn.Module):
     def __init__(self, tensors: dict, scratch: torch.Tensor, in_features: int, out_features: int):
         super().__init__()

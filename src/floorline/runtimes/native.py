@@ -34,9 +34,8 @@ class Native(Runtime):
         self.tok, self.pos = self.net.tok.view(1, 1), self.net.pos.view(1, 1)
 
     def describe(self) -> dict:
-        from floorline.native import kernels as K
-
         from floorline.native import int4_cuda
+        from floorline.native import kernels as K
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
                 "native_int4_configs": int4_cuda.tuned() or None,
