@@ -191,7 +191,8 @@ def bandwidth() -> str:
         pats = rec["bw_patterns_gbps"]
         others = ", ".join(f"{k} {v:.0f}" for k, v in pats.items() if k != rec["bw_pattern"])
         return (f"   - {where} ({rec['device_name']}, {rec['dtype']}): **{rec['bw_pattern']}**, "
-                f"{rec['measured_gbps']:.0f} GB/s ({others} GB/s); `{rec['_file']}`\n")
+                f"{rec['measured_gbps']:.0f} GB/s ({others} GB/s); `{rec['_file']}`, sources "
+                f"{rec.get('source_sha256') or '-'}\n")
 
     out = []
     for where, root in (("CPU", CPU), ("H200", H200)):
