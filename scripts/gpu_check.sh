@@ -30,8 +30,9 @@
 #               H200: first, on a machine with PyPI, `scripts/serve_wheels.sh` (15 wheels, 5 MB, into .whl/).
 #               ENDPOINT_MODEL, ENDPOINT_DEVICE, ENDPOINT_MODES, ENDPOINT_CTX override it (a CPU dry run: tiny-qwen2,
 #               cpu, eager, 256)
-#     recheck   the ctx-16384 agreement tests and explain of the native steps (int4, bf16): what the last session
-#               changed without a GPU left to check it
+#     recheck   the ctx-16384 agreement tests and explain of the native steps (int4 beside HF's graph mode, bf16):
+#               what the last session changed without a GPU left to check it
+#     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -111,13 +112,16 @@ for stage in "${stages[@]}"; do
       python3 -m floorline.native.bench --only "(" --json "$OUT/native_bench.json" > "$OUT/native_bench.log" 2>&1
       python3 -m pytest -q -m gpu tests/test_timing.py tests/test_gpu_quant.py -k "timing or int4 and not tinygemm and \
         not gemlite" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -2 ;;
-    int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies)
-      for sc in "gate_up 8,2,1,0,0" "gate_up 8,1,1,0,4" "down 4,2,4,0,0" "qkv 8,1,1,0,0"; do
+    int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies);
+               # NCU_CONFIGS overrides the list ("shape warps,ahead,splits,flat,stages" items, `;`-separated)
+      IFS=';' read -ra ncu_cfgs <<< "${NCU_CONFIGS:-gate_up 8,2,1,0,0;gate_up 8,1,1,0,4;down 4,2,4,0,0;qkv 8,1,1,0,0}"
+      for sc in "${ncu_cfgs[@]}"; do
         set -- $sc
         ncu --clock-control none -k regex:int4_gemv --launch-skip 2 --launch-count 1 --section SpeedOfLight \
           --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
           --metrics smsp__inst_executed.sum,dram__bytes_read.sum \
-          python3 -m floorline.native.bench --only "$1" --int4-config "$2" > "$OUT/ncu_$1_$2.txt" 2>&1
+          python3 -m floorline.native.bench --only "$1" --formats "int4 cuda" --int4-config "$2" \
+          > "$OUT/ncu_$1_$2.txt" 2>&1
         echo "== ncu $1 $2"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed|dram__bytes|Stall|Block Limit" "$OUT/ncu_$1_$2.txt" | head -30
       done ;;
     pdl)  # issues #13, #14: when a kernel lets the next one launch (FLOORLINE_PDL), A/B'd on the native steps of
@@ -163,10 +167,11 @@ for stage in "${stages[@]}"; do
               # busy, not its span) of the native steps, int4 and bf16, qwen2.5-7b ctx 2048
       timeout 300 python3 -m pytest -q -s -m gpu tests/test_gpu_native.py -k 16384 2>&1 \
         | grep -E "vs HF fp32|vs torch-reference|passed|failed" | tee "$OUT/pytest_16384.log"
-      for q in int4 none; do
-        timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant $q \
+      for q in int4 none; do  # int4: graph beside native, how HF's graph mode spends its step over the same GEMV (#13)
+        modes=native; [ $q = int4 ] && modes=native,graph
+        timeout 200 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode $modes --quant $q \
           --out "$OUT/explain_native_$q" > "$OUT/explain_native_$q.log" 2>&1
-        grep -E "native|gemv|attn|kernel" "$OUT/explain_native_$q.log" | head -12
+        grep -E "native|graph|gemv|attn|kernel" "$OUT/explain_native_$q.log" | head -30
       done ;;
     final)  # issues #13, #14 on one short lease: the records of the final sources -- native int4 at ctx 2048 and bf16
             # at ctx 2048, 16384 (and 30720 for qwen2.5-7b) for both models, the per-kernel table (bf16 and the int4

@@ -69,6 +69,7 @@ def main(argv=None) -> int:
                         "`attention` for its rows (left out otherwise)")
     p.add_argument("--formats", default=None,
                    help="comma-separated formats of the GEMV rows: bf16, int4 cuda, int4 (Triton); default all")
+    p.add_argument("--attn-ctx", default="2048,16384", help="comma-separated contexts of the attention rows")
     p.add_argument("--int4-config", default=None,
                    help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages")
     args = p.parse_args(argv)
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
                 row["cublas_gbps"] = nbytes / cub / 1e3
             rows.append(row)
             del ops
-    for ctx in (2048, 16384) if args.only is None or "attention" in args.only.split(",") else ():
+    for ctx in [int(c) for c in args.attn_ctx.split(",")] if args.only is None or "attention" in args.only.split(",") else ():
         tiles = [(None, None, None, None)]  # the defaults, then (with --attn-sweep) chunk x tile x warps x stages
         if args.attn_sweep:
             tiles += [(c, t, w, st) for c in (64, 128, 256, 512) for t in (64, 128) for w in (4, 8)
