@@ -124,6 +124,19 @@ for stage in "${stages[@]}"; do
           > "$OUT/ncu_$1_$2.txt" 2>&1
         echo "== ncu $1 $2"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed|dram__bytes|Stall|Block Limit" "$OUT/ncu_$1_$2.txt" | head -30
       done ;;
+    native-ab)  # a change A/B'd on the native steps: the sources in $AB_BASE (default out/ab_base: `git archive REV src |
+                # tar -x -C out/ab_base`, carried) against these, one fresh process a cell, base then new for each cell
+                # of $AB_CELLS ("model:quant:ctx" items; default qwen2.5-7b int4, bf16 and llama-3.1-8b int4 at 2048)
+      base=${AB_BASE:-out/ab_base}
+      for cell in ${AB_CELLS:-qwen2.5-7b:int4:2048 qwen2.5-7b:none:2048 llama-3.1-8b:int4:2048}; do
+        IFS=: read -r m q c <<< "$cell"
+        for side in base new; do
+          src=$PWD/src; [ $side = base ] && src=$PWD/$base/src
+          PYTHONPATH=$src${PYTHONPATH#$PWD/src} FLOORLINE_CACHE=/tmp/flc_$side python3 -m floorline run --model $m \
+            --ctx $c --quant $q --mode native --output "$OUT/ab_$side.jsonl" >> "$OUT/ab_$side.log" 2>&1
+        done
+        echo "$cell: base $(medians <(grep "\"$m\"" "$OUT/ab_base.jsonl" | tail -1)) new $(medians <(grep "\"$m\"" "$OUT/ab_new.jsonl" | tail -1)) ms"
+      done ;;
     pdl)  # issues #13, #14: when a kernel lets the next one launch (FLOORLINE_PDL), A/B'd on the native steps of
           # qwen2.5-7b at ctx 2048, int4 and bf16 (one process a cell); ATTN_SWEEP=1 adds the attention kernel's
           # chunk x tile x warps x stages

@@ -97,7 +97,8 @@ def test_cuda_gemv_source_compiles_where_nvrtc_exists():
     major, minor = torch.cuda.get_device_capability()
     for flags, cfg in [(int4_cuda._flags(), (8, 2, 1, 0, 0)), (int4_cuda._flags(pro=1, glu=1, bias=1, pdl=1, xpt=4),
                                                                (4, 2, 1, 1, 0)),
-                       (int4_cuda._flags(acc=1, atomic=1, xbf16=1), (8, 1, 4, 0, 6))]:
+                       (int4_cuda._flags(acc=1, atomic=1, xbf16=1), (8, 1, 4, 0, 6)),
+                       (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=4), (8, 2, 1, 0, 0, 1))]:
         assert len(int4_cuda.compile_source(flags, cfg, f"sm_{major}{minor}")) > 1000
 
 
@@ -121,7 +122,23 @@ def test_the_tuned_configs_are_named_for_the_records(monkeypatch):
     from floorline.native import int4_cuda
 
     monkeypatch.setattr(int4_cuda, "_BEST", {("cuda:0", 37888, 3584, 1, True, False, False, None, None, 1):
-                                             (8, 2, 1, 0, 0),
+                                             (8, 2, 1, 0, 0, 3),
                                              ("cuda:0", 3584, 18944, 0, False, True, False, None, None, 1):
-                                             (8, 1, 4, 0, 6)})
-    assert int4_cuda.tuned() == {"37888x3584 norm glu": "w8 ahead2 k1", "3584x18944 acc": "w8 async6 k4"}
+                                             (8, 1, 4, 0, 6, 0)})
+    assert int4_cuda.tuned() == {"37888x3584 norm glu": "w8 ahead2 k1 p3", "3584x18944 acc": "w8 async6 k4"}
+
+
+def test_a_persistent_grid_compiles_once_whatever_its_size():
+    """Configs differing only in persistent blocks an SM share one compiled kernel (the grid is sized at launch);
+    the loop over row blocks is compiled in only where it is set; bench's --int4-config takes 5 or 6 fields."""
+    from floorline.native import int4_cuda
+
+    assert int4_cuda.compile_key((8, 2, 1, 0, 0, 2)) == int4_cuda.compile_key((8, 2, 1, 0, 0, 3)) == (8, 2, 1, 0, 0, 1)
+    assert int4_cuda.compile_key((8, 2, 1, 0, 0, 0)) == (8, 2, 1, 0, 0, 0)
+    assert int4_cuda.parse_config("8,2,1,0,0") == (8, 2, 1, 0, 0, 0)
+    assert int4_cuda.parse_config("4,2,4,0,0,6") == (4, 2, 4, 0, 0, 6)
+    with pytest.raises(ValueError, match="persist"):
+        int4_cuda.parse_config("8,2,1")
+    # persistent configs take the register buffers (the cp.async ring and the flat kernel take one row block a block)
+    assert all(c[3] == 0 and c[4] == 0 for c in int4_cuda.CONFIGS if c[5])
+    assert any(c[5] for c in int4_cuda.configs_for(37888, 3584, True, False))

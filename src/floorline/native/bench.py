@@ -71,7 +71,7 @@ def main(argv=None) -> int:
                    help="comma-separated formats of the GEMV rows: bf16, int4 cuda, int4 (Triton); default all")
     p.add_argument("--attn-ctx", default="2048,16384", help="comma-separated contexts of the attention rows")
     p.add_argument("--int4-config", default=None,
-                   help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages")
+                   help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages[,persist]")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     if args.int4_config:
         from floorline.native import int4_cuda
 
-        int4_cuda.FIXED = tuple(int(v) for v in args.int4_config.split(","))
+        int4_cuda.FIXED = int4_cuda.parse_config(args.int4_config)
     if args.gemv_sweep:
         return _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, args.json, args.triton_tiles)
     rows = []

@@ -126,23 +126,34 @@ __device__ __forceinline__ float4 load_x(const void* X, int i) {  // inputs i*4 
 #endif
 }
 
+// The norm's weights into registers (XPT float4 a thread), before the wait on the previous kernel: they are constant
+__device__ __forceinline__ void load_nw(const float* NW, int K, float4* nr) {
+#if PRO
+#pragma unroll
+  for (int t = 0; t < XPT; t++) {
+    const int i = threadIdx.x + t * WARPS * 32;
+    if (i < K / 4) nr[t] = ((const float4*)NW)[i];
+  }
+#endif
+}
+
 // The block's inputs, groups [g0, g0 + ng), into shared memory as fp16 hi + lo (put_x); with PRO (the block covers
-// all of K) RMSNorm first: the raw inputs and the norm's weights are read once into registers (XPT float4 a thread),
-// their sum of squares reduced over the block (red: WARPS floats), then normalised from the registers.
-__device__ __forceinline__ void stage_x(const void* X, const float* NW, int K, float eps, int g0, int ng, uint4* xs4,
+// all of K) RMSNorm first: the raw inputs are read once into registers (XPT float4 a thread, beside the norm's
+// weights nr from load_nw), their sum of squares reduced over the block (red: WARPS floats), then normalised from the
+// registers.
+__device__ __forceinline__ void stage_x(const void* X, const float4* nr, int K, float eps, int g0, int ng, uint4* xs4,
                                         float* red, int lane, int warp) {
   u32* xs = (u32*)xs4;
   u32* xl = xs + ng * 64;
   float* xsum = (float*)(xl + ng * 64);  // per group: the sum of its inputs (hi + lo), for SUMZ
 #if PRO
-  float4 xr[XPT], nr[XPT];
+  float4 xr[XPT];
   float ss = 0.f;
 #pragma unroll
   for (int t = 0; t < XPT; t++) {
     const int i = threadIdx.x + t * WARPS * 32;
     if (i < K / 4) {
       xr[t] = load_x(X, i);
-      nr[t] = ((const float4*)NW)[i];
       ss += xr[t].x * xr[t].x + xr[t].y * xr[t].y + xr[t].z * xr[t].z + xr[t].w * xr[t].w;
     }
   }
@@ -229,32 +240,64 @@ __device__ __forceinline__ void put_y(void* Y, int row, const float* v) {
   ((float*)Y)[row] = out;
 #endif
 }
+// A finished row block: each warp's partial sums (lane (g, 0) holds rows g, g + 8) into rd, then threads 0..15 add
+// up the warps of each row (bv: the rows' bias, read ahead) and write row block rb
+__device__ __forceinline__ void finish(float* rd, float y0, float y1, const float* bv, void* Y, int rb) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+  const int NKS = WARPS / RT;
+  if (tq == 0) {
+    rd[warp * 16 + g] = y0;
+    rd[warp * 16 + g + 8] = y1;
+  }
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    float v[RT];
+#pragma unroll
+    for (int t = 0; t < RT; t++) {
+      v[t] = bv[t];
+      for (int s = 0; s < NKS; s++) v[t] += rd[(s * RT + t) * 16 + threadIdx.x];  // (inputs normalised already)
+    }
+    put_y(Y, rb * 16 + threadIdx.x, v);
+  }
+}
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
 // WARPS a block; RT row tiles a block (2 with GLU: gate tile t and up tile t); U groups in flight a warp;
+// a block takes row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks: persistent blocks, the
+// inputs staged once for all of them and the next row block's first groups in flight through each epilogue);
 // PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
-// XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch (pdl_trigger)
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
+// XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch (pdl_trigger);
+// PERSIST: the loop over row blocks compiled in, its registers capped for 24 warps an SM (the loop's state costs ~14
+// a thread: uncapped, 8-warp blocks would fit 2 an SM instead of 3)
+extern "C" __global__ void __launch_bounds__(WARPS * 32, PERSIST && WARPS <= 24 ? 24 / WARPS : 1)
 int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
           const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
           void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
-  float* red = (float*)smem4;                  // WARPS * 16 partial sums, then 32 for the norm
-  uint4* xs4 = smem4 + WARPS * 4 + 8;          // the block's inputs, fp16, in B-fragment order
+  float* red = (float*)smem4;                  // 2 x WARPS * 16 partial sums (row blocks alternate), 32 for the norm
+  uint4* xs4 = smem4 + WARPS * 8 + 8;          // the block's inputs, fp16, in B-fragment order
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
   const int NKS = WARPS / RT, r = warp % RT, ks = warp / RT;
-  const int NT = N / 16, NG = K / 128, KB = K / 64;
-  const int tile = (RT == 2 && r == 1) ? blockIdx.x + NT / 2 : blockIdx.x;
+  const int NT = N / 16, NG = K / 128, KB = K / 64, NRB = RT == 2 ? NT / 2 : NT;
   const int g0 = (int)((long long)blockIdx.y * NG / gridDim.y), g1 = (int)((long long)(blockIdx.y + 1) * NG / gridDim.y);
+  const int ng = g1 - g0;
+  float4 nr[XPT];
+  load_nw(NW, K, nr);
+  float bv[RT];  // the bias of this thread's row (threads 0..15, split 0), read ahead
+#define BIAS_OF(rb_)                                                                                   \
+  _Pragma("unroll") for (int t = 0; t < RT; t++)                                                       \
+    bv[t] = BIAS && blockIdx.y == 0 && threadIdx.x < 16 ? B[(t ? (rb_) + NT / 2 : (rb_)) * 16 + threadIdx.x] : 0.f;
+  int rb = blockIdx.x;
+  BIAS_OF(rb);
+  float y0 = 0.f, y1 = 0.f;  // rows g and g + 8 of the warp's tile
+#if STAGES
+  // (one row block a block)
+  const int tile = (RT == 2 && r == 1) ? rb + NT / 2 : rb;
   const uint4* wt = W + (size_t)tile * KB * 32 + lane;
   const u32* st = S + (size_t)tile * NG * 8 + g;
   const u32* zt = Z + (size_t)tile * NG * 8 + g;
-
-  const int ng = g1 - g0;
-  float y0 = 0.f, y1 = 0.f;  // rows g and g + 8 of the warp's tile
-#if STAGES
   // cp.async: a ring of STAGES groups a warp in shared memory (each lane copies, and later reads, its own words),
   // so the bytes in flight do not cost registers; the ring sits after the inputs
   uint4* ring = xs4 + ng * 32 + (ng + 3) / 4 + warp * STAGES * 64;
@@ -274,7 +317,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) ISSUE(i);  // in flight before the previous kernel is waited for
   pdl_wait();
-  stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
+  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
   const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
   for (int i = 0; i < mine; i++) {
@@ -290,14 +333,22 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
               ringsz[slot * 64 + 32 + lane], xq + 2 * Gl * 8, xsg, y0, y1);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
+  pdl_trigger(2);
+  finish(red, y0, y1, bv, Y, rb);
 #else
   // the warp's groups g0 + ks + i NKS, i < mine, through two register buffers of U groups in turn (ping-pong: no
   // copies); group i's codes at wq + i WS, its scale and zero at sq, zq + i SS (one 64-bit base, 32-bit offsets)
   const int mine = ng > ks ? (ng - ks + NKS - 1) / NKS : 0;
   constexpr int WS = 64 * NKS, SS = 8 * NKS;
-  const uint4* wq = wt + (size_t)(2 * (g0 + ks)) * 32;
-  const u32* sq = st + (g0 + ks) * 8;
-  const u32* zq = zt + (g0 + ks) * 8;
+  const uint4* pw;
+  const u32 *ps, *pz;
+#define AT(rb_)  /* the running pointers at the warp's first group of row block rb_ */                \
+  {                                                                                                \
+    const int t_ = (RT == 2 && r == 1) ? (rb_) + NT / 2 : (rb_);                                   \
+    pw = W + (size_t)t_ * KB * 32 + lane + (size_t)(2 * (g0 + ks)) * 32;                           \
+    ps = S + (size_t)t_ * NG * 8 + g + (g0 + ks) * 8;                                              \
+    pz = Z + (size_t)t_ * NG * 8 + g + (g0 + ks) * 8;                                              \
+  }
   uint4 wa[U][2], wb[U][2];
   u32 sa[U], za[U], sb[U], zb[U];
 #define LOADG(wv, sv, zv, i, o)  /* groups i + o + u, at the running pointers + (o + u) strides */ \
@@ -309,11 +360,10 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
       zv[u] = pz[((o) + u) * SS];                                                          \
     }                                                                                      \
   }
-  const uint4* pw = wq;
-  const u32 *ps = sq, *pz = zq;
+  AT(rb);
   LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
   pdl_wait();
-  stage_x(X, NW, K, eps, g0, ng, xs4, red + WARPS * 16, lane, warp);  // no split with the norm
+  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
   // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi; the warp's
   // group i at xw + i XS
@@ -330,35 +380,30 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
     if ((i) + (o) + u < mine)                                                                    \
       group_dot(wv[u][0], wv[u][1], sv[u], zv[u], px + ((o) + u) * XS, XSG((i) + (o) + u), y0, y1); \
   }
-  const uint4* px = xw;
-  // the next buffer's loads are in flight while this one is used; the pointers advance a round (2 U groups)
-  for (int i = 0; i < mine; i += 2 * U, pw += 2 * U * WS, ps += 2 * U * SS, pz += 2 * U * SS, px += 2 * U * XS) {
-    LOADG(wb, sb, zb, i, U);
-    DOTG(wa, sa, za, i, 0);
-    if (i + U >= mine) break;
-    LOADG(wa, sa, za, i, 2 * U);
-    DOTG(wb, sb, zb, i, U);
-  }
-#endif
-  pdl_trigger(2);
-  if (tq == 0) {  // lane (g, 0) holds its rows' sums
-    red[warp * 16 + g] = y0;
-    red[warp * 16 + g + 8] = y1;
-  }
-  __syncthreads();
-  if (threadIdx.x < 16) {
-    const int i = threadIdx.x;
-    float v[RT];
-#pragma unroll
-    for (int t = 0; t < RT; t++) {
-      v[t] = 0.f;
-      for (int s = 0; s < NKS; s++) v[t] += red[(s * RT + t) * 16 + i];  // (the inputs were normalised already)
-#if BIAS
-      if (blockIdx.y == 0) v[t] += B[(t == 0 ? blockIdx.x : blockIdx.x + NT / 2) * 16 + i];
-#endif
+  for (int parity = 0;; parity ^= 1) {  // row blocks rb = blockIdx.x, + gridDim.x, ...
+    const uint4* px = xw;
+    // the next buffer's loads are in flight while this one is used; the pointers advance a round (2 U groups)
+    for (int i = 0; i < mine; i += 2 * U, pw += 2 * U * WS, ps += 2 * U * SS, pz += 2 * U * SS, px += 2 * U * XS) {
+      LOADG(wb, sb, zb, i, U);
+      DOTG(wa, sa, za, i, 0);
+      if (i + U >= mine) break;
+      LOADG(wa, sa, za, i, 2 * U);
+      DOTG(wb, sb, zb, i, U);
     }
-    put_y(Y, blockIdx.x * 16 + i, v);
+    const int next = PERSIST ? rb + gridDim.x : NRB;  // wa is free here: the next row block's first groups go in flight
+    if (next < NRB) {
+      AT(next);
+      LOADG(wa, sa, za, 0, 0);
+    } else {
+      pdl_trigger(2);
+    }
+    finish(red + parity * WARPS * 16, y0, y1, bv, Y, rb);  // (the other half is the next row block's: one barrier)
+    if (next >= NRB) break;
+    rb = next;
+    BIAS_OF(rb);
+    y0 = y1 = 0.f;
   }
+#endif
 }
 
 // FLAT: one warp owns whole row blocks (a tile; with GLU the gate tile and its up tile) over all of K, no cross-warp
@@ -395,8 +440,10 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 #pragma unroll
   for (int u = 0; u < U; u++)
     if (u < items) FLAT_LOAD(w[u], sc[u], zc[u], u);
+  float4 nr[XPT];
+  load_nw(NW, K, nr);
   pdl_wait();
-  stage_x(X, NW, K, eps, 0, NG, xs4, red, lane, warp);
+  stage_x(X, nr, K, eps, 0, NG, xs4, red, lane, warp);
   __syncthreads();
   const uint4* xbase = xs4 + (g == 1 ? NG * 16 : 0) + tq * 2;
   float y[RT][2];
@@ -453,15 +500,20 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 }
 """
 
-# (warps a block, groups in flight a warp, splits, row blocks a warp, cp.async stages) tried per shape. Row blocks a
-# warp = 0: the kernel int4_gemv (a block's warps share its row block's groups; splits > 1 split K over blocks, only
-# where the output is added in place); > 0: int4_gemv_flat (a warp owns whole row blocks; many rows). Stages > 0:
-# int4_gemv streams its groups through a cp.async ring in shared memory (that many in flight a warp) instead of
-# `groups in flight` register buffers
-CONFIGS = [(4, 1, 1, 0, 0), (4, 2, 1, 0, 0), (8, 1, 1, 0, 0), (8, 2, 1, 0, 0), (8, 4, 1, 0, 0), (16, 1, 1, 0, 0),
-           (16, 2, 1, 0, 0), (4, 2, 2, 0, 0), (8, 2, 2, 0, 0), (8, 1, 4, 0, 0), (8, 2, 4, 0, 0), (4, 2, 4, 0, 0),
-           (8, 1, 8, 0, 0), (4, 2, 1, 1, 0), (8, 2, 1, 1, 0), (4, 4, 1, 1, 0), (4, 2, 1, 2, 0),
-           (8, 1, 1, 0, 4), (8, 1, 1, 0, 6), (4, 1, 1, 0, 8), (16, 1, 1, 0, 3), (8, 1, 2, 0, 4), (4, 1, 4, 0, 6)]
+# (warps a block, groups in flight a warp, splits, row blocks a warp, cp.async stages, persistent blocks an SM) tried
+# per shape. Row blocks a warp = 0: the kernel int4_gemv (a block's warps share its row block's groups; splits > 1
+# split K over blocks, only where the output is added in place); > 0: int4_gemv_flat (a warp owns whole row blocks;
+# many rows). Stages > 0: int4_gemv streams its groups through a cp.async ring in shared memory (that many in flight a
+# warp) instead of `groups in flight` register buffers. Persistent p > 0 (register buffers only): p x SMs blocks
+# (over the splits) loop over the row blocks, the inputs staged once a block and the next row block's first groups
+# loaded during the last one's epilogue; 0: one block a row block (and split)
+CONFIGS = [(4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0, 0, 0), (8, 2, 1, 0, 0, 0), (8, 4, 1, 0, 0, 0),
+           (16, 1, 1, 0, 0, 0), (16, 2, 1, 0, 0, 0), (4, 2, 2, 0, 0, 0), (8, 2, 2, 0, 0, 0), (8, 1, 4, 0, 0, 0),
+           (8, 2, 4, 0, 0, 0), (4, 2, 4, 0, 0, 0), (8, 1, 8, 0, 0, 0), (4, 2, 1, 1, 0, 0), (8, 2, 1, 1, 0, 0),
+           (4, 4, 1, 1, 0, 0), (4, 2, 1, 2, 0, 0), (8, 1, 1, 0, 4, 0), (8, 1, 1, 0, 6, 0), (4, 1, 1, 0, 8, 0),
+           (16, 1, 1, 0, 3, 0), (8, 1, 2, 0, 4, 0), (4, 1, 4, 0, 6, 0),
+           (8, 2, 1, 0, 0, 2), (8, 2, 1, 0, 0, 3), (16, 2, 1, 0, 0, 1), (4, 2, 1, 0, 0, 4), (4, 2, 1, 0, 0, 6),
+           (4, 2, 4, 0, 0, 4), (4, 2, 4, 0, 0, 6), (8, 2, 2, 0, 0, 2), (8, 2, 4, 0, 0, 2)]
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -496,7 +548,8 @@ def unavailable(device: torch.device) -> str | None:
     if torch.cuda.get_device_capability(device) < (8, 0):
         return "the int4 CUDA GEMV needs compute capability 8.0 or newer (tensor-core mma.m16n8k16)"
     try:
-        _kernel(device.index if device.index is not None else torch.cuda.current_device(), _flags(), CONFIGS[0])
+        _kernel(device.index if device.index is not None else torch.cuda.current_device(), _flags(),
+                compile_key(CONFIGS[0]))
     except (OSError, RuntimeError) as e:
         return f"NVRTC could not build the int4 CUDA GEMV: {str(e).splitlines()[0]}"
     return None
@@ -508,10 +561,11 @@ def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1
 
 
 def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
-    """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90")."""
+    """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90"); config's first five
+    fields and whether the sixth (persistent blocks an SM) is set (the grid itself is sized at launch)."""
     pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
     warps, ahead, stages = config[0], config[1], config[4]
-    defines = dict(STAGES=stages, WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc,
+    defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc,
                    ATOMIC=atomic, XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
@@ -570,6 +624,7 @@ def _cubin(flags: tuple, config: tuple, arch: str) -> bytes:
 
 @functools.lru_cache(maxsize=None)
 def _kernel(device_index: int, flags: tuple, config: tuple):
+    """The loaded kernel of `flags` and `config` (compile_key's: what compiles; launch() sizes the grid)."""
     major, minor = torch.cuda.get_device_capability(device_index)
     with torch.cuda.device(device_index):
         cubin = _cubin(flags, config, f"sm_{major}{minor}")
@@ -577,24 +632,30 @@ def _kernel(device_index: int, flags: tuple, config: tuple):
         return torch.cuda._utils._cuda_load_module(cubin, [name])[name]
 
 
+def compile_key(config: tuple) -> tuple:
+    """What of a launch config the compiled code depends on: all but the persistent grid's size (set or not)."""
+    return (*config[:5], int(config[5] > 0))
+
+
 def shared_bytes(k: int, config: tuple) -> int:
     """Dynamic shared memory of one block: partial sums (warps x 16 + 32 floats) and the block's inputs as two fp16
     halves (hi, lo)."""
-    warps, _, split, flat, stages = config
+    warps, _, split, flat, stages, _ = config
     groups = -(-(k // F.GROUP) // split)
     ring = warps * stages * (64 * 16 + 64 * 4)  # a slot: 64 16-byte words and 64 scale/zero words a warp
-    return (8 if flat else warps * 4 + 8) * 16 + 2 * groups * F.GROUP * 2 + 16 * -(-groups // 4) + ring
+    # partial sums: two halves of warps x 16 floats (consecutive row blocks alternate), + 32 for the norm
+    return (8 if flat else warps * 8 + 8) * 16 + 2 * groups * F.GROUP * 2 + 16 * -(-groups // 4) + ring
 
 
 def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
            glu=False, acc=False, pdl=0) -> None:
     """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
     (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
-    warps, _, split, flat, _ = config
+    warps, _, split, flat, _, persist = config
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
                    int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1)
     dev = words.device.index
-    kern = _kernel(dev, flags, config)
+    kern = _kernel(dev, flags, compile_key(config))
     smem = shared_bytes(k, config)
     if smem > 48 * 1024 and kern._max_shared_mem_bytes < smem:
         kern.set_shared_memory_config(smem)
@@ -605,7 +666,13 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
     args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     blocks = n // F.TILE // (2 if glu else 1)  # row blocks: tiles, or gate/up tile pairs
     cfg = _LaunchConfig()
-    cfg.grid[:] = (-(-blocks // (warps * flat)) if flat else blocks, split, 1)
+    if flat:
+        gx = -(-blocks // (warps * flat))
+    elif persist:  # persistent: p blocks an SM over the splits, each looping over row blocks
+        gx = min(blocks, max(1, persist * _sms(dev) // split))
+    else:
+        gx = blocks
+    cfg.grid[:] = (gx, split, 1)
     cfg.block[:] = (warps * 32, 1, 1)
     cfg.shared = smem
     cfg.stream = torch.cuda.current_stream(words.device).cuda_stream
@@ -615,6 +682,11 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
         attr.value[0] = 1  # programmaticStreamSerializationAllowed
         cfg.attrs, cfg.nattrs = ctypes.pointer(attr), 1
     torch.cuda._utils._check_cuda(_libcuda().cuLaunchKernelEx(ctypes.byref(cfg), kern.func, args, None))
+
+
+@functools.lru_cache(maxsize=None)
+def _sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 @functools.lru_cache(maxsize=None)
@@ -635,16 +707,17 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
     memory within the device's opt-in limit (checked at launch)."""
     groups, blocks = k // F.GROUP, n // F.TILE // (2 if glu else 1)
     out = []
-    for warps, ahead, split, flat, stages in CONFIGS:
+    for cfg in CONFIGS:
+        warps, ahead, split, flat, stages, persist = cfg
         slices = warps // (2 if glu else 1)
         if split > 1 and not split_ok or not flat and groups // split < slices:
             continue
         if flat and blocks < 4 * warps * flat:  # a flat grid needs row blocks for many warps
             continue
-        if shared_bytes(k, (warps, ahead, split, flat, stages)) > 200 * 1024:
+        if shared_bytes(k, cfg) > 200 * 1024:
             continue
-        out.append((warps, ahead, split, flat, stages))
-    return out or [(2 if glu else 1, 1, 1, 0, 0)]
+        out.append(cfg)
+    return out or [(2 if glu else 1, 1, 1, 0, 0, 0)]
 
 
 def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, glu=False, config=None,
@@ -662,6 +735,8 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
               pdl=pdl)
     config = config or FIXED
+    if config is not None and len(config) == 5:  # (persistent: 0)
+        config = (*config, 0)
     if config is None:
         key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
@@ -735,9 +810,18 @@ def _shape_name(key: tuple) -> str:
 
 def config_name(cfg: tuple) -> str:
     """A launch config in words: warps, groups ahead (registers) or cp.async stages, then splits (int4_gemv) or row
-    blocks a warp (flat)."""
-    warps, ahead, split, flat, stages = cfg
-    return f"w{warps} " + (f"async{stages}" if stages else f"ahead{ahead}") + (f" flat{flat}" if flat else f" k{split}")
+    blocks a warp (flat), then persistent blocks an SM (p, where set)."""
+    warps, ahead, split, flat, stages, persist = cfg
+    return (f"w{warps} " + (f"async{stages}" if stages else f"ahead{ahead}") + (f" flat{flat}" if flat else f" k{split}")
+            + (f" p{persist}" if persist else ""))
+
+
+def parse_config(text: str) -> tuple:
+    """"warps,ahead,splits,flat,stages[,persist]" (bench --int4-config) -> a config tuple."""
+    vals = tuple(int(v) for v in text.split(","))
+    if len(vals) not in (5, 6):
+        raise ValueError(f"an int4 config is warps,ahead,splits,flat,stages[,persist], not {text!r}")
+    return vals + (0,) * (6 - len(vals))
 
 
 def tuned() -> dict:

@@ -242,6 +242,9 @@ if triton is not None:
             w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
             acc = tl.zeros([BN, BK], dtype=tl.float32)
             ss = tl.zeros([BK], dtype=tl.float32)
+        if HAS_BIAS:  # constant: read before the wait, not at the end (a DRAM round trip after the last sums)
+            first = (tl.zeros_like(rn) + sid) == 0  # one split adds it
+            bias = tl.load(B + rn, mask=nmask & first, other=0.0).to(tl.float32)
         _pdl_wait(PDL)
         if STAGES:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
             for k0 in tl.range(kb, ke, BK, num_stages=STAGES):
@@ -281,8 +284,7 @@ if triton is not None:
                 sq = tl.sum(ss, 0)
             y = y / tl.sqrt(sq / K + eps)
         if HAS_BIAS:
-            if sid == 0:  # one split adds the bias
-                y += tl.load(B + rn, mask=nmask, other=0.0).to(tl.float32)
+            y += bias
         if GLU:
             y2 = tl.reshape(y, [2, BH])
             half = tl.arange(0, 2)[:, None]
@@ -328,12 +330,13 @@ if triton is not None:
     _gemv_int4 = triton.autotune(_INT4, **_tune)(_gemv)
 
     @triton.jit
-    def _rope(QKV, COS, SIN, pos, rows, d, mask, D: tl.constexpr):
-        """Rows `rows` (head indices) of the fused q/k/v vector, rotated at `pos` (HF's rotate_half layout)."""
+    def _rope(QKV, cos, sin, rows, d, mask, D: tl.constexpr):
+        """Rows `rows` (head indices) of the fused q/k/v vector, rotated by the position's cos, sin (D,) (HF's
+        rotate_half layout)."""
         x = tl.load(QKV + rows[:, None] * D + d[None, :], mask=mask, other=0.0)
         partner = tl.load(QKV + rows[:, None] * D + ((d + D // 2) % D)[None, :], mask=mask, other=0.0)
         sign = tl.where(d < D // 2, -1.0, 1.0)
-        return x * tl.load(COS + pos * D + d)[None, :] + sign[None, :] * partner * tl.load(SIN + pos * D + d)[None, :]
+        return x * cos[None, :] + sign[None, :] * partner * sin[None, :]
 
     @triton.jit
     def _attn_tile(q, k, v, live, m, l, acc, DOT_F32: tl.constexpr):
@@ -370,15 +373,17 @@ if triton is not None:
         base = kvh * stride_kh + rl[:, None] * D + d[None, :]
         k0 = tl.load(KC + base, mask=old[:, None], other=0.0)
         v0 = tl.load(VC + base, mask=old[:, None], other=0.0)
+        cos = tl.load(COS + pos * D + d)  # the rotation's tables are constant: read before the wait too
+        sin = tl.load(SIN + pos * D + d)
         _pdl_wait(PDL)
         if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
             g = tl.arange(0, GP)
             one = tl.arange(0, 1)
-            q = _rope(QKV, COS, SIN, pos, kvh * G + g, d, (g < G)[:, None], D)  # the group's query heads
+            q = _rope(QKV, cos, sin, kvh * G + g, d, (g < G)[:, None], D)  # the group's query heads
             q = (q * scale).to(KC.dtype.element_ty)
             # this position's k (rotated) and v, rounded as the cache holds them; the chunk holding the
             # position writes them to the cache, and every program uses the registers, not the cache, for it
-            k_new = _rope(QKV, COS, SIN, pos, H + kvh + one, d, one[:, None] >= 0, D).to(KC.dtype.element_ty)
+            k_new = _rope(QKV, cos, sin, H + kvh + one, d, one[:, None] >= 0, D).to(KC.dtype.element_ty)
             v_new = tl.load(QKV + (H + KVH + kvh + one)[:, None] * D + d[None, :]).to(VC.dtype.element_ty)
             if pos < start + CHUNK:
                 tl.store(KC + kvh * stride_kh + pos * D + d[None, :] + one[:, None] * 0, k_new)
@@ -410,13 +415,15 @@ if triton is not None:
     @triton.jit
     def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                     CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr):
-        """The chunks' partial softmax sums of one query head, merged (one program per query head)."""
+        """The chunks' partial softmax sums of one query head, merged (one program per query head). The position is
+        read before the wait (it changes only between steps); each block of CB chunks has its maxima, sums and
+        partial outputs loaded before any is used (one round trip to L2, not one per dependent load)."""
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
-        _pdl_wait(PDL)
         h = tl.program_id(0)
         kvh = h // G
         nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos
+        _pdl_wait(PDL)
         d = tl.arange(0, D)
         cs = tl.arange(0, CB)
         m_run = tl.max(tl.full([CB], -1e30, dtype=tl.float32), 0)
@@ -426,12 +433,13 @@ if triton is not None:
             cm = (c0 + cs) < nlive
             o = (kvh * NCHUNK + c0 + cs) * GP + h % G
             mc = tl.load(MO + o, mask=cm, other=-1e30)
+            lc = tl.load(LO + o, mask=cm, other=0.0)
+            oc = tl.load(OO + o[:, None] * D + d[None, :], mask=cm[:, None], other=0.0)
             m_new = tl.maximum(m_run, tl.max(mc, 0))
             a = tl.exp(m_run - m_new)
             w = tl.where(cm, tl.exp(mc - m_new), 0.0)
-            den = den * a + tl.sum(w * tl.load(LO + o, mask=cm, other=0.0), 0)
-            num = num * a + tl.sum(tl.load(OO + o[:, None] * D + d[None, :], mask=cm[:, None], other=0.0)
-                                   * w[:, None], 0)
+            den = den * a + tl.sum(w * lc, 0)
+            num = num * a + tl.sum(oc * w[:, None], 0)
             m_run = m_new
         if PDL == 2:
             tl.extra.cuda.gdc_launch_dependents()
