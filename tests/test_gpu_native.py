@@ -190,9 +190,11 @@ def test_int4_cuda_gemv_matches_its_reference(n, k, pro, glu, bias, res, split, 
     res0 = torch.randn(rows, device="cuda", generator=g)
     want = K.ref_gemv(words, x, scales=s, zeros=z, layout="mma", residual=res0 if res else None, **kw)
     configs = [c for c in int4_cuda.configs_for(n, k, glu, res and not pro and not glu) if c[2] == split]
-    # tuned, the split kernel (registers), flat, cp.async ring, persistent blocks (the fewest: most row blocks each)
+    # tuned (fp32 in and out: one tuning a shape), the split kernel (registers), flat, cp.async ring, persistent
+    # blocks (the fewest: most row blocks each; and the most)
     persistent = sorted((c for c in configs if c[5]), key=lambda c: c[5])
-    for cfg in [None] + configs[:1] + [c for c in configs if c[3]][:1] + [c for c in configs if c[4]][:2] \
+    tuned = [None] if xdt == torch.float32 else []
+    for cfg in tuned + configs[:1] + [c for c in configs if c[3]][:1] + [c for c in configs if c[4]][:1] \
             + persistent[:1] + persistent[-1:]:
         out = res0.clone() if res else torch.full((rows,), float("nan"), device="cuda", dtype=ydt)
         got = K.tri_gemv(words, x, scales=s, zeros=z, layout="mma", residual=out if res else None, out=out,

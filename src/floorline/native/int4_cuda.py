@@ -15,7 +15,8 @@ Fusions, as the Triton GEMV has them: RMSNorm prologue, bias, silu(gate) * up (a
 t), y += W x in place (the residual stream), split-K over blocks with fp32 atomics where the output is that residual.
 Launch parameters (warps a block; register prefetch of 1-4 groups or a cp.async ring of 3-8 in shared memory;
 splits; or the flat kernel, a warp owning whole row blocks; or persistent blocks looping over row blocks) are tuned
-per shape, timed back to back on distinct weight copies in a CUDA graph (_tune), before the step's graph is captured. Programmatic dependent launch: a block issues its first weight loads,
+per shape: a shortlist by one launch at a time after an L2 flush (_tune), then, for mode native, the shortlist timed in
+the decode step itself (retune_in_step), before the step's graph is captured. Programmatic dependent launch: a block issues its first weight loads,
 then waits for the previous kernel (griddepcontrol), as the Triton kernels do (pdl_wait, pdl_trigger).
 Numerics: each input is split into two fp16 halves, hi + lo (about 22 bits), fed as columns 0 and 1 of the product's
 B operand (mma.m16n8k16 computes 8 columns; batch 1 uses 2 of them at no extra instruction); products and sums in
@@ -696,7 +697,7 @@ def _libcuda():
 
 
 _BEST: dict = {}  # (device, shape, switches) -> the tuned config
-_RANKED: dict = {}  # the same keys -> the candidates, fastest first by _tune's timer
+_RANKED: dict = {}  # the same keys -> the candidates, fastest first by _tune's one-launch timer
 _USED: set = set()  # keys launched since the last clear (retune_in_step: the step's own shapes)
 last_config = None  # the tuned config of the latest call (the bench prints it)
 FIXED = None  # a config that replaces tuning (bench --int4-config, for Nsight Compute)
@@ -752,10 +753,11 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     return y
 
 
-# FLOORLINE_INT4_STEP_TUNE=1: re-time the tuner's best configs inside the step (off by default: on the H200,
-# qwen2.5-7b int4 ctx 2048, 1.738 ms against 1.748 without, within the step's noise, when the tuner still timed one
-# launch at a time; the records keep the trials; results/h200/int4/step_tune)
-STEP_TUNE = os.environ.get("FLOORLINE_INT4_STEP_TUNE", "0") == "1"
+# FLOORLINE_INT4_STEP_TUNE (default 1; 0 turns it off): mode native re-times the one-launch timer's best configs
+# inside the step. Neither timer of one kernel predicts the step (the one-launch timer pays a launch's whole ramp-up,
+# the chain of copies rewards what overlaps a copy of itself); the records keep the trials. Before the persistent
+# configs it was measured within noise (1.738 ms against 1.748; results/h200/int4/step_tune)
+STEP_TUNE = os.environ.get("FLOORLINE_INT4_STEP_TUNE", "1") != "0"
 
 
 def retune_in_step(capture, state: list, top: int = 12, reps: int = 30) -> None:
@@ -829,27 +831,16 @@ def tuned() -> dict:
 
 
 def _tune(words, x, y, candidates: list[tuple], kw: dict) -> list[tuple]:
-    """The candidates, fastest first, each timed as a decode step runs it: one CUDA graph of back-to-back launches
-    on distinct copies of the weights (together at least twice the L2: every launch reads its weights from memory),
-    each launch overlapping the last as programmatic dependent launch lets it, median of replays (timing.graph_ms,
-    as bench's table). A launch timed alone after an L2 flush (kernels._cold_bench, this tuner until 2026-12) pays
-    its whole ramp-up and none of the overlap: on the H200 it ranked a persistent split-K down projection first that
-    runs 14.7 us in the step's conditions against 13.1 for the one it displaced. y (which may hold the residual) is
-    restored after."""
-    from floorline.timing import graph_ms
+    """The candidates, fastest first, one launch at a time (kernels._cold_bench: L2 evicted before each call, in a
+    CUDA graph); y (which may hold the residual) is restored after. Timing them instead back to back on distinct
+    weight copies (bench's chain: each launch's neighbour a copy of itself) was measured on the H200 and dropped: its
+    picks (a cp.async o projection) made qwen2.5-7b's int4 step 1.723 ms against 1.678 with this timer's
+    (results/h200/int4/tuner). Either ranking is only a shortlist: retune_in_step times the best in the step."""
+    from floorline.native.kernels import _cold_bench
 
     if len(candidates) == 1:
         return candidates
     keep = y.clone()
-    ops = (words, kw["scales"], kw["zeros"])
-    l2 = getattr(torch.cuda.get_device_properties(words.device), "L2_cache_size", 50 << 20)
-    copies = max(2, -(-2 * l2 // sum(t.numel() * t.element_size() for t in ops)))
-    sets = [ops] + [tuple(t.clone() for t in ops) for _ in range(copies - 1)]
-    times = {}
-    for c in candidates:
-        calls = [lambda w=w, s=s, z=z, c=c: launch(w, x, y, config=c, **{**kw, "scales": s, "zeros": z})
-                 for w, s, z in sets]
-        times[c] = graph_ms(calls, 10)
-    del sets
+    times = {c: _cold_bench(lambda c=c: launch(words, x, y, config=c, **kw))[0] for c in candidates}
     y.copy_(keep)
     return sorted(times, key=times.get)
