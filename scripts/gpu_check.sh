@@ -10,7 +10,8 @@
 #             per cell, on every GPU of the machine (--gpus), then floorline report              (issue: sweep/report)
 #     quick   one run cell (qwen2.5-7b, ctx 2048, all modes): a smoke test
 #     quant   floorline quant qwen2.5-7b ctx 2048, every backend here, eager + graph, with the kernel chain
-#             (issue: quantised decode); the quant libraries come from .site/ or .whl/ (see below)
+#             (issue: quantised decode); the quant libraries come from .site/ or .whl/ (see below); QUANT_MODES and
+#             QUANT_BACKENDS override the modes and backends
 #     native  mode native: native-check then native-run (issue: native); on the device tool, whose calls stop at
 #             600 s, run them as separate calls:
 #       native-check  agreement with HF (qwen2.5-7b, llama-3.1-8b), the per-kernel GB/s table, explain (qwen2.5-7b
@@ -81,7 +82,8 @@ for stage in "${stages[@]}"; do
       fl sweep --gpus "$gpus" --timeout 600 --output "$OUT/grid.jsonl" 2>&1 | grep -v '━' | tee "$OUT/grid.log"
       fl report "$OUT/grid.jsonl" --out "$OUT/grid_report" 2>&1 | tee -a "$OUT/grid.log" ;;
     quant)
-      fl quant --model qwen2.5-7b --ctx 2048 --mode eager,graph --kernels --timeout 900 \
+      fl quant --model qwen2.5-7b --ctx 2048 --mode "${QUANT_MODES:-eager,graph}" ${QUANT_BACKENDS:+--backends "$QUANT_BACKENDS"} \
+        --kernels --timeout 900 \
         --output "$OUT/quant.jsonl" 2>&1 | tee "$OUT/quant.log" ;;
     int4)
       python3 -m pytest -q tests/test_int4_format.py tests/test_gpu_native.py -k "int4_cuda or compiles" 2>&1 \
