@@ -115,16 +115,25 @@ for stage in "${stages[@]}"; do
       python3 -m pytest -q -m gpu tests/test_timing.py tests/test_gpu_quant.py -k "timing or int4 and not tinygemm and \
         not gemlite" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -2 ;;
     int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies);
-               # NCU_CONFIGS overrides the list ("shape warps,ahead,splits,flat,stages" items, `;`-separated)
-      IFS=';' read -ra ncu_cfgs <<< "${NCU_CONFIGS:-gate_up 8,2,1,0,0;gate_up 8,1,1,0,4;down 4,2,4,0,0;qkv 8,1,1,0,0}"
+               # NCU_CONFIGS overrides the list ("shape warps,ahead,splits,flat,stages[,persist]" items, `;`-separated)
+      IFS=';' read -ra ncu_cfgs <<< "${NCU_CONFIGS:-gate_up 8,2,1,0,0,3;gate_up 8,2,1,0,0;down 8,2,4,0,0,2;down 4,2,4,0,0;qkv 8,1,1,0,4}"
       for sc in "${ncu_cfgs[@]}"; do
         set -- $sc
         ncu --clock-control none -k regex:int4_gemv --launch-skip 2 --launch-count 1 --section SpeedOfLight \
           --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
           --metrics smsp__inst_executed.sum,dram__bytes_read.sum \
           python3 -m floorline.native.bench --only "$1" --formats "int4 cuda" --int4-config "$2" \
-          > "$OUT/ncu_$1_$2.txt" 2>&1
-        echo "== ncu $1 $2"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed|dram__bytes|Stall|Block Limit" "$OUT/ncu_$1_$2.txt" | head -30
+          > "$OUT/ncu_${1}_${2//,/-}.txt" 2>&1  # (no commas in names: the device tool drops such files)
+        echo "== ncu $1 $2"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed|dram__bytes|Stall|Block Limit" "$OUT/ncu_${1}_${2//,/-}.txt" | head -30
+      done ;;
+    attn-ncu)  # Nsight Compute on the attention kernels (chunks, merge) at ctx 2048 and 16384: the checked first call
+      for c in 2048 16384; do
+        ncu --clock-control none -k regex:_attn --launch-count 2 --section SpeedOfLight --section Occupancy \
+          --section WarpStateStats --section LaunchStats --metrics dram__bytes_read.sum \
+          python3 -m floorline.native.bench --only attention --attn-ctx $c > "$OUT/ncu_attn_$c.txt" 2>&1
+        echo "== ncu attention ctx $c"
+        grep -E "^  _attn|DRAM Throughput|Duration|Registers Per|Achieved Occupancy|Grid Size|No Eligible|dram__bytes" \
+          "$OUT/ncu_attn_$c.txt" | head -24
       done ;;
     native-ab)  # a change A/B'd on the native steps: the sources in $AB_BASE (default out/ab_base: `git archive REV src |
                 # tar -x -C out/ab_base`, carried) against these, one fresh process a cell, base then new for each cell
