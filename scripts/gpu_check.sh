@@ -34,6 +34,8 @@
 #     recheck   the ctx-16384 agreement tests and explain of the native steps (int4 beside HF's graph mode, bf16):
 #               what the last session changed without a GPU left to check it
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels
+#     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
+#     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -147,6 +149,16 @@ for stage in "${stages[@]}"; do
             --ctx $c --quant $q --mode native --output "$OUT/ab_$side.jsonl" >> "$OUT/ab_$side.log" 2>&1
         done
         echo "$cell: base $(medians <(grep "\"$m\"" "$OUT/ab_base.jsonl" | tail -1)) new $(medians <(grep "\"$m\"" "$OUT/ab_new.jsonl" | tail -1)) ms"
+      done ;;
+    attn-step)  # issue #14: the attention chunk swept inside the step (FLOORLINE_ATTN_CHUNK; the bench's sweep times
+                # attention after a copy of itself, the step after the q/k/v GEMV): native bf16 at ctx 16384 (and
+                # 2048), one process a cell; ATTN_MODELS, ATTN_CHUNKS, ATTN_CTX override
+      for m in ${ATTN_MODELS:-qwen2.5-7b llama-3.1-8b}; do
+        for c in ${ATTN_CHUNKS:-64 128 256 512}; do
+          FLOORLINE_ATTN_CHUNK=$c fl run --model $m --ctx ${ATTN_CTX:-2048,16384} --mode native \
+            --output "$OUT/attn_step_$c.jsonl" >> "$OUT/attn_step.log" 2>&1
+          echo "$m chunk $c: $(medians <(grep "\"$m\"" "$OUT/attn_step_$c.jsonl")) ms"
+        done
       done ;;
     pdl)  # issues #13, #14: when a kernel lets the next one launch (FLOORLINE_PDL), A/B'd on the native steps of
           # qwen2.5-7b at ctx 2048, int4 and bf16 (one process a cell); ATTN_SWEEP=1 adds the attention kernel's

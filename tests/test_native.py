@@ -286,3 +286,19 @@ def test_int4_backend_on_the_cpu_bytes_and_check(cpu):
     conv = quant.convert(m, b, torch.bfloat16)
     assert conv.stored_bytes == a.layers * sum(b.format(2).matrix_bytes(o, i) for o, i in floor.decoder_matrix_shapes(a))
     assert conv.max_check_error < b.check_tolerance
+
+
+def test_the_attention_chunk_follows_the_gpu_and_its_override(monkeypatch):
+    """Chunks grow with the context until the programs fill the GPU 1.5 times over; FLOORLINE_ATTN_CHUNK fixes them
+    (a step-level sweep) and a bad value is a one-line error naming the choices."""
+    from floorline.errors import UserError
+
+    monkeypatch.delenv("FLOORLINE_ATTN_CHUNK", raising=False)
+    assert K.attn_chunk_len(2048, 4, 132) == 64
+    assert K.attn_chunk_len(16384, 4, 132) == 256
+    assert K.attn_chunk_len(1 << 20, 8, 132) == 512
+    monkeypatch.setenv("FLOORLINE_ATTN_CHUNK", "128")
+    assert K.attn_chunk_len(16384, 4, 132) == 128
+    monkeypatch.setenv("FLOORLINE_ATTN_CHUNK", "100")
+    with pytest.raises(UserError, match="64, 128, 256, 512 or 1024"):
+        K.attn_chunk_len(16384, 4, 132)
