@@ -140,24 +140,30 @@ for stage in "${stages[@]}"; do
     native-ab)  # a change A/B'd on the native steps: the sources in $AB_BASE (default out/ab_base: `git archive REV src |
                 # tar -x -C out/ab_base`, carried) against these, one fresh process a cell, base then new for each cell
                 # of $AB_CELLS ("model:quant:ctx" items; default qwen2.5-7b int4, bf16 and llama-3.1-8b int4 at 2048)
-      base=${AB_BASE:-out/ab_base}
+      base=$(realpath "${AB_BASE:-out/ab_base}")
       for cell in ${AB_CELLS:-qwen2.5-7b:int4:2048 qwen2.5-7b:none:2048 llama-3.1-8b:int4:2048}; do
         IFS=: read -r m q c <<< "$cell"
+        meds=""
         for side in base new; do
-          src=$PWD/src; [ $side = base ] && src=$PWD/$base/src
+          src=$PWD/src; [ $side = base ] && src=$base/src
+          rm -f "$OUT/ab_cell.jsonl"  # this cell's record alone (a failed run prints nothing, not the last cell's)
           PYTHONPATH=$src${PYTHONPATH#$PWD/src} FLOORLINE_CACHE=/tmp/flc_$side python3 -m floorline run --model $m \
-            --ctx $c --quant $q --mode native --output "$OUT/ab_$side.jsonl" >> "$OUT/ab_$side.log" 2>&1
+            --ctx $c --quant $q --mode native --output "$OUT/ab_cell.jsonl" >> "$OUT/ab_$side.log" 2>&1
+          meds="$meds $side $(medians "$OUT/ab_cell.jsonl" 2>/dev/null)"
+          cat "$OUT/ab_cell.jsonl" >> "$OUT/ab_$side.jsonl" 2>/dev/null
         done
-        echo "$cell: base $(medians <(grep "\"$m\"" "$OUT/ab_base.jsonl" | tail -1)) new $(medians <(grep "\"$m\"" "$OUT/ab_new.jsonl" | tail -1)) ms"
+        echo "$cell:$meds ms"
       done ;;
     attn-step)  # issue #14: the attention chunk swept inside the step (FLOORLINE_ATTN_CHUNK; the bench's sweep times
                 # attention after a copy of itself, the step after the q/k/v GEMV): native bf16 at ctx 16384 (and
                 # 2048), one process a cell; ATTN_MODELS, ATTN_CHUNKS, ATTN_CTX override
       for m in ${ATTN_MODELS:-qwen2.5-7b llama-3.1-8b}; do
         for c in ${ATTN_CHUNKS:-64 128 256 512}; do
+          rm -f "$OUT/attn_cell.jsonl"
           FLOORLINE_ATTN_CHUNK=$c fl run --model $m --ctx ${ATTN_CTX:-2048,16384} --mode native \
-            --output "$OUT/attn_step_$c.jsonl" >> "$OUT/attn_step.log" 2>&1
-          echo "$m chunk $c: $(medians <(grep "\"$m\"" "$OUT/attn_step_$c.jsonl")) ms"
+            --output "$OUT/attn_cell.jsonl" >> "$OUT/attn_step.log" 2>&1
+          echo "$m chunk $c: $(medians "$OUT/attn_cell.jsonl" 2>/dev/null) ms"
+          cat "$OUT/attn_cell.jsonl" >> "$OUT/attn_step_$c.jsonl" 2>/dev/null
         done
       done ;;
     pdl)  # issues #13, #14: when a kernel lets the next one launch (FLOORLINE_PDL), A/B'd on the native steps of

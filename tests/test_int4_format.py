@@ -139,6 +139,8 @@ def test_a_persistent_grid_compiles_once_whatever_its_size():
     assert int4_cuda.parse_config("4,2,4,0,0,6") == (4, 2, 4, 0, 0, 6)
     with pytest.raises(ValueError, match="persist"):
         int4_cuda.parse_config("8,2,1")
+    with pytest.raises(ValueError, match="register buffers"):  # the cp.async path does one row block a block
+        int4_cuda.parse_config("8,1,1,0,4,2")
     # persistent configs take the register buffers (the cp.async ring and the flat kernel take one row block a block)
     assert all(c[3] == 0 and c[4] == 0 for c in int4_cuda.CONFIGS if c[5])
     assert any(c[5] for c in int4_cuda.configs_for(37888, 3584, True, False))

@@ -738,6 +738,8 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     config = config or FIXED
     if config is not None and len(config) == 5:  # (persistent: 0)
         config = (*config, 0)
+    if config is not None and config[5] and (config[3] or config[4]):
+        raise ValueError("persistent blocks take the register buffers: no flat kernel, no cp.async stages")
     if config is None:
         key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
@@ -822,7 +824,10 @@ def parse_config(text: str) -> tuple:
     vals = tuple(int(v) for v in text.split(","))
     if len(vals) not in (5, 6):
         raise ValueError(f"an int4 config is warps,ahead,splits,flat,stages[,persist], not {text!r}")
-    return vals + (0,) * (6 - len(vals))
+    vals += (0,) * (6 - len(vals))
+    if vals[5] and (vals[3] or vals[4]):
+        raise ValueError(f"{text!r}: persistent blocks take the register buffers (flat and stages 0)")
+    return vals
 
 
 def tuned() -> dict:
