@@ -41,6 +41,32 @@ def test_exclusive_shares_sum_to_the_union():
         assert sum(got) == _merged_us(iv) and all(0 <= g <= e - s for g, (s, e) in zip(got, iv))
 
 
+def test_layer_slots_split_a_kernel_by_its_place_in_the_layer():
+    """Mode native's step: the GEMV 4 times a layer then lm_head, attention twice (two names) a layer; 2 layers,
+    2 steps."""
+    from floorline.explain import _layer_slots
+
+    step = []
+    for _ in range(2):
+        step += ["gemv", "chunk", "merge", "gemv", "gemv", "gemv"]
+    step += ["gemv", "argmax"]
+    got = _layer_slots(step * 2, steps=2, layers=2)
+    want = []
+    for _ in range(2):
+        want += ["1/4", None, None, "2/4", "3/4", "4/4"]
+    want += ["after", None]
+    assert got == want * 2
+    # HF's graph mode: 7 launches a layer, no extra; a name once a layer and once more is slotted too
+    assert _layer_slots(["q"] * 7 * 3, steps=1, layers=3) == [f"{i % 7 + 1}/7" for i in range(21)]
+    assert _layer_slots(["n", "n", "n"], steps=1, layers=2) == ["1/1", "1/1", "after"]
+    from floorline import display
+
+    rec = {"kernels_by_slot": [{"name": "int4_gemv", "slot": "3/4", "ms_per_step": 0.54, "calls_per_step": 28,
+                                "us_per_call": 19.4}]}
+    assert display.slot_rows(rec) == [["int4_gemv", "3/4", "19.4", "0.540", "28"]]
+    assert display.slot_rows({}) == []  # records from before it
+
+
 def test_explain_cpu_end_to_end(tmp_path, capsys):
     rc = cli.main(["explain", "--model", "tiny-qwen2", "--ctx", "32", "--mode", "eager,static", "--device", "cpu",
                    "--steps", "4", "--warmup", "1", "--profile-steps", "2", "--out", str(tmp_path)])
@@ -58,5 +84,8 @@ def test_explain_cpu_end_to_end(tmp_path, capsys):
         assert 0 < sum(k["share"] for k in r["top_kernels"]) <= 1.0 + 1e-9
         assert all(0 < k["ms_per_step"] <= k["span_ms_per_step"] + 1e-9 for k in r["top_kernels"])
         assert r["attention_ms"] > 0  # SDPA shows up as a CPU op
+        slots = r["kernels_by_slot"]  # tiny-qwen2: matmuls several times a layer
+        assert slots and all(x["name"] in {k["name"] for k in r["top_kernels"]} for x in slots)
+        assert sum(x["ms_per_step"] for x in slots) <= sum(k["ms_per_step"] for k in r["top_kernels"]) + 1e-9
     png = (tmp_path / "explain.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000

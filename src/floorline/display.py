@@ -218,6 +218,15 @@ def top_kernel_rows(r: dict) -> list[list[str]]:
              f"{x['calls_per_step']:.0f}", f"{x['share']:.1%}"] for x in r["top_kernels"]]
 
 
+SLOT_HEADER = ["kernel", "place in layer", "us/call", "ms/step", "calls/step"]
+
+
+def slot_rows(r: dict) -> list[list[str]]:
+    """explain's top kernels launched several times a layer, by their place in it (records before it: none)."""
+    return [[x["name"][:60], x["slot"], f"{x['us_per_call']:.1f}", f"{x['ms_per_step']:.3f}",
+             f"{x['calls_per_step']:.0f}"] for x in r.get("kernels_by_slot") or []]
+
+
 # ---------------------------------------------------------------------------------------------------------- quant
 QUANT_HEADER = ["backend", "mode", "dtype", "ms/step", "floor ms @meas", "% of its floor", "speed-up vs bf16",
                 "ideal speed-up", "share of ideal saving", "status"]

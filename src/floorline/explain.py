@@ -8,7 +8,9 @@ Per mode, on one built model: wall time per step (CUDA events, no profiler attac
 Per kernel (the top-kernel table, attention): the time it adds to GPU busy, each stretch of busy time given to the
 kernel that ends first among those running then (_exclusive_us). Under programmatic dependent launch (mode native on
 Hopper) a kernel starts while its predecessor runs and waits for it, so its own span would count that wait twice;
-the shares sum to GPU busy. Each kernel's span is kept beside it (span_ms_per_step).
+the shares sum to GPU busy. Each kernel's span is kept beside it (span_ms_per_step). A top kernel launched several
+times a layer is also split by its place in the layer (kernels_by_slot: mode native's one GEMV kernel serves q/k/v,
+o, gate_up and down, in that order, then lm_head after the layers).
 On the CPU the "kernels" are the leaf aten ops of the profile and "GPU busy" is the time inside them.
 """
 
@@ -64,6 +66,26 @@ def _exclusive_us(intervals: list[tuple[float, float]]) -> list[float]:
     return out
 
 
+def _layer_slots(names: list[str], steps: int, layers: int) -> list[str | None]:
+    """Each event's place in its layer, events in launch order over `steps` identical steps: a name launched
+    c = m x layers + r times a step (m >= 2, or r > 0) has its i-th launch of a step in slot "j/m" (j = i % m + 1)
+    while i < m x layers, and in slot "after" past them (the r launches after the last layer); other names: None."""
+    count: dict[str, int] = defaultdict(int)
+    for n in names:
+        count[n] += 1
+    seen: dict[str, int] = defaultdict(int)
+    out: list[str | None] = []
+    for n in names:
+        c, i = count[n] // steps, seen[n] % max(count[n] // steps, 1)
+        seen[n] += 1
+        m = c // layers
+        if count[n] % steps or m < 1 or (m < 2 and c == m * layers):
+            out.append(None)
+        else:
+            out.append(f"{i % m + 1}/{m}" if i < m * layers else "after")
+    return out
+
+
 def _device_events(prof, cuda: bool) -> list:
     from torch.autograd import DeviceType
 
@@ -109,7 +131,7 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
     finally:
         if rt is not None:
             rt.close()
-    evs = _device_events(prof, cuda)
+    evs = sorted(_device_events(prof, cuda), key=lambda e: e.time_range.start)  # launch order
     k = profile_steps
     spans = [(e.time_range.start, e.time_range.end) for e in evs]
     busy_ms = _merged_us(spans) / 1e3 / k
@@ -119,6 +141,11 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
         by_name[e.name].append((o / 1e3, (s1 - s0) / 1e3))
     total_ms = sum(o for v in by_name.values() for o, _ in v) / k or float("nan")
     top = sorted(by_name.items(), key=lambda kv: -sum(o for o, _ in kv[1]))[:TOP_KERNELS]
+    by_slot: dict[tuple[str, str], list[float]] = defaultdict(list)  # (name, slot): [own ms]
+    names = {n for n, _ in top}
+    for e, slot, o in zip(evs, _layer_slots([e.name for e in evs], k, ses.arch.layers), own):
+        if slot is not None and e.name in names:
+            by_slot[(e.name, slot)].append(o / 1e3)
     if cuda:
         attn = {id(e) for e in _attention_events(prof, evs, cuda)}
         attn_ms = sum(o for e, o in zip(evs, own) if id(e) in attn) / 1e3 / k
@@ -140,6 +167,8 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
         "top_kernels": [{"name": n, "ms_per_step": sum(o for o, _ in ds) / k,
                          "span_ms_per_step": sum(sp for _, sp in ds) / k, "calls_per_step": len(ds) / k,
                          "share": sum(o for o, _ in ds) / k / total_ms} for n, ds in top],
+        "kernels_by_slot": [{"name": n, "slot": sl, "ms_per_step": sum(v) / k, "calls_per_step": len(v) / k,
+                             "us_per_call": sum(v) / len(v) * 1e3} for (n, sl), v in by_slot.items()],
         "busy_is": "GPU kernels and copies" if cuda else "leaf aten ops on the CPU",
         "timestamp": ses.base["timestamp"], "floorline_version": ses.base["floorline_version"],
     }
