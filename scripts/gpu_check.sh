@@ -56,6 +56,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,pow
 python3 -c 'import torch, transformers, triton; print("torch", torch.__version__, "transformers", transformers.__version__, "triton", triton.__version__)'
 fl() { python3 -m floorline "$@"; }
 medians() { grep -h -o '"step_ms_median": [0-9.]*' "$@" | cut -d' ' -f2 | paste -sd' '; }  # of the records in files
+# cell FILE LOG RUN-ARGS...: one `floorline run` (a fresh process, this shell's environment), its records appended to
+# FILE, its log to LOG; prints this run's medians alone (nothing if it failed, not an earlier cell's)
+cell() {
+  local file=$1 log=$2; shift 2
+  rm -f "$OUT/cell.jsonl"
+  fl run "$@" --output "$OUT/cell.jsonl" >> "$log" 2>&1
+  medians "$OUT/cell.jsonl" 2>/dev/null
+  cat "$OUT/cell.jsonl" >> "$file" 2>/dev/null
+}
 
 for stage in "${stages[@]}"; do
   echo "== $stage ($(( $(date +%s) - t0 )) s)"
@@ -84,8 +93,8 @@ for stage in "${stages[@]}"; do
       fl sweep --gpus "$gpus" --timeout 600 --output "$OUT/grid.jsonl" 2>&1 | grep -v '━' | tee "$OUT/grid.log"
       fl report "$OUT/grid.jsonl" --out "$OUT/grid_report" 2>&1 | tee -a "$OUT/grid.log" ;;
     quant)
-      fl quant --model qwen2.5-7b --ctx 2048 --mode "${QUANT_MODES:-eager,graph}" ${QUANT_BACKENDS:+--backends "$QUANT_BACKENDS"} \
-        --kernels --timeout 900 \
+      fl quant --model qwen2.5-7b --ctx 2048 --mode "${QUANT_MODES:-eager,graph}" \
+        ${QUANT_BACKENDS:+--backends "$QUANT_BACKENDS"} --kernels --timeout 900 \
         --output "$OUT/quant.jsonl" 2>&1 | tee "$OUT/quant.log" ;;
     int4)
       python3 -m pytest -q tests/test_int4_format.py tests/test_gpu_native.py -k "int4_cuda or compiles" 2>&1 \
@@ -118,7 +127,8 @@ for stage in "${stages[@]}"; do
         not gemlite" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -2 ;;
     int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies);
                # NCU_CONFIGS overrides the list ("shape warps,ahead,splits,flat,stages[,persist]" items, `;`-separated)
-      IFS=';' read -ra ncu_cfgs <<< "${NCU_CONFIGS:-gate_up 8,2,1,0,0,3;gate_up 8,2,1,0,0;down 8,2,4,0,0,2;down 4,2,4,0,0;qkv 8,1,1,0,4}"
+      ncu_default="gate_up 8,2,1,0,0,3;gate_up 8,2,1,0,0;down 8,2,4,0,0,2;down 4,2,4,0,0;qkv 8,1,1,0,4"
+      IFS=';' read -ra ncu_cfgs <<< "${NCU_CONFIGS:-$ncu_default}"
       for sc in "${ncu_cfgs[@]}"; do
         set -- $sc
         ncu --clock-control none -k regex:int4_gemv --launch-skip 2 --launch-count 1 --section SpeedOfLight \
@@ -146,11 +156,8 @@ for stage in "${stages[@]}"; do
         meds=""
         for side in base new; do
           src=$PWD/src; [ $side = base ] && src=$base/src
-          rm -f "$OUT/ab_cell.jsonl"  # this cell's record alone (a failed run prints nothing, not the last cell's)
-          PYTHONPATH=$src${PYTHONPATH#$PWD/src} FLOORLINE_CACHE=/tmp/flc_$side python3 -m floorline run --model $m \
-            --ctx $c --quant $q --mode native --output "$OUT/ab_cell.jsonl" >> "$OUT/ab_$side.log" 2>&1
-          meds="$meds $side $(medians "$OUT/ab_cell.jsonl" 2>/dev/null)"
-          cat "$OUT/ab_cell.jsonl" >> "$OUT/ab_$side.jsonl" 2>/dev/null
+          meds="$meds $side $(PYTHONPATH=$src${PYTHONPATH#$PWD/src} FLOORLINE_CACHE=/tmp/flc_$side cell \
+            "$OUT/ab_$side.jsonl" "$OUT/ab_$side.log" --model $m --ctx $c --quant $q --mode native)"
         done
         echo "$cell:$meds ms"
       done ;;
@@ -159,11 +166,8 @@ for stage in "${stages[@]}"; do
                 # 2048), one process a cell; ATTN_MODELS, ATTN_CHUNKS, ATTN_CTX override
       for m in ${ATTN_MODELS:-qwen2.5-7b llama-3.1-8b}; do
         for c in ${ATTN_CHUNKS:-64 128 256 512}; do
-          rm -f "$OUT/attn_cell.jsonl"
-          FLOORLINE_ATTN_CHUNK=$c fl run --model $m --ctx ${ATTN_CTX:-2048,16384} --mode native \
-            --output "$OUT/attn_cell.jsonl" >> "$OUT/attn_step.log" 2>&1
-          echo "$m chunk $c: $(medians "$OUT/attn_cell.jsonl" 2>/dev/null) ms"
-          cat "$OUT/attn_cell.jsonl" >> "$OUT/attn_step_$c.jsonl" 2>/dev/null
+          echo "$m chunk $c: $(FLOORLINE_ATTN_CHUNK=$c cell "$OUT/attn_step_$c.jsonl" "$OUT/attn_step.log" \
+            --model $m --ctx ${ATTN_CTX:-2048,16384} --mode native) ms"
         done
       done ;;
     pdl)  # issues #13, #14: when a kernel lets the next one launch (FLOORLINE_PDL), A/B'd on the native steps of
@@ -194,9 +198,8 @@ for stage in "${stages[@]}"; do
           --json "$OUT/int4_zero_bench_$z.json" > "$OUT/int4_zero_bench_$z.log" 2>&1
         echo "zero point $z:"; grep "int4 cuda" "$OUT/int4_zero_bench_$z.log"
       done ;;
-    int4-step)  # issue #13: the int4 launch configs re-timed inside the step (FLOORLINE_INT4_STEP_TUNE=1, opt-in)
-                # against the one-launch timer's choices (0, the default); native int4 at ctx 2048, both models (one
-                # process a cell)
+    int4-step)  # issue #13: the int4 launch configs re-timed inside the step (FLOORLINE_INT4_STEP_TUNE=1, the default)
+                # against the one-launch timer's choices (0); native int4 at ctx 2048, both models (one process a cell)
       for st in 1 0; do
         for m in ${INT4_MODELS:-qwen2.5-7b llama-3.1-8b}; do
           FLOORLINE_INT4_STEP_TUNE=$st fl run --model $m --ctx 2048 --quant int4 --mode native \

@@ -76,7 +76,8 @@ def _layer_slots(names: list[str], steps: int, layers: int) -> list[str | None]:
     seen: dict[str, int] = defaultdict(int)
     out: list[str | None] = []
     for n in names:
-        c, i = count[n] // steps, seen[n] % max(count[n] // steps, 1)
+        c = count[n] // steps
+        i = seen[n] % max(c, 1)
         seen[n] += 1
         m = c // layers
         if count[n] % steps or m < 1 or (m < 2 and c == m * layers):

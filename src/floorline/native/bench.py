@@ -126,7 +126,8 @@ def main(argv=None) -> int:
                 row["cublas_gbps"] = nbytes / cub / 1e3
             rows.append(row)
             del ops
-    for ctx in [int(c) for c in args.attn_ctx.split(",")] if args.only is None or "attention" in args.only.split(",") else ():
+    attn_ctxs = [int(c) for c in args.attn_ctx.split(",")]
+    for ctx in attn_ctxs if args.only is None or "attention" in args.only.split(",") else ():
         tiles = [(None, None, None, None)]  # the defaults, then (with --attn-sweep) chunk x tile x warps x stages
         if args.attn_sweep:
             tiles += [(c, t, w, st) for c in (64, 128, 256, 512) for t in (64, 128) for w in (4, 8)

@@ -16,8 +16,9 @@ t), y += W x in place (the residual stream), split-K over blocks with fp32 atomi
 Launch parameters (warps a block; register prefetch of 1-4 groups or a cp.async ring of 3-8 in shared memory;
 splits; or the flat kernel, a warp owning whole row blocks; or persistent blocks looping over row blocks) are tuned
 per shape: a shortlist by one launch at a time after an L2 flush (_tune), then, for mode native, the shortlist timed in
-the decode step itself (retune_in_step), before the step's graph is captured. Programmatic dependent launch: a block issues its first weight loads,
-then waits for the previous kernel (griddepcontrol), as the Triton kernels do (pdl_wait, pdl_trigger).
+the decode step itself (retune_in_step), before the step's graph is captured. Programmatic dependent launch: a block
+issues its first weight loads (and reads the norm's weights and the bias), then waits for the previous kernel
+(griddepcontrol), as the Triton kernels do (pdl_wait, pdl_trigger).
 Numerics: each input is split into two fp16 halves, hi + lo (about 22 bits), fed as columns 0 and 1 of the product's
 B operand (mma.m16n8k16 computes 8 columns; batch 1 uses 2 of them at no extra instruction); products and sums in
 fp32. An input beyond fp16's 65504 would overflow (far past any normalised or activation input seen).
@@ -566,8 +567,9 @@ def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     fields and whether the sixth (persistent blocks an SM) is set (the grid itself is sized at launch)."""
     pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
     warps, ahead, stages = config[0], config[1], config[4]
-    defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps, RT=2 if glu else 1, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc,
-                   ATOMIC=atomic, XBF16=xbf16, YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
+    defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps, RT=2 if glu else 1,
+                   U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic, XBF16=xbf16, YBF16=ybf16, PDL=pdl,
+                   SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
@@ -736,10 +738,8 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
               pdl=pdl)
     config = config or FIXED
-    if config is not None and len(config) == 5:  # (persistent: 0)
-        config = (*config, 0)
-    if config is not None and config[5] and (config[3] or config[4]):
-        raise ValueError("persistent blocks take the register buffers: no flat kernel, no cp.async stages")
+    if config is not None:
+        config = check_config(config)
     if config is None:
         key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
@@ -764,10 +764,10 @@ STEP_TUNE = os.environ.get("FLOORLINE_INT4_STEP_TUNE", "1") != "0"
 
 def retune_in_step(capture, state: list, top: int = 12, reps: int = 30) -> None:
     """Launch configs re-chosen where they run: for each tuned shape in turn, its `top` configs by _tune's timer,
-    each timed in the whole decode step (`capture()` returns a CUDA graph of one step; medians of `reps`
-    replays), the fastest kept: the neighbours a shape has in the step are other kernels, not copies of itself. `state` (the token and the
-    position) is restored after every replay, so the trials leave the decode where it was: they write only cache
-    positions from the current one on, which a step writes before it reads."""
+    each timed in the whole decode step (`capture()` returns a CUDA graph of one step; medians of `reps` replays),
+    the fastest kept: the neighbours a shape has in the step are other kernels, not copies of itself. `state` (the
+    token and the position) is restored after every replay, so the trials leave the decode where it was: they write
+    only cache positions from the current one on, which a step writes before it reads."""
     keep = [t.clone() for t in state]
     _USED.clear()
     graph = capture()  # which shapes the step launches
@@ -815,19 +815,24 @@ def config_name(cfg: tuple) -> str:
     """A launch config in words: warps, groups ahead (registers) or cp.async stages, then splits (int4_gemv) or row
     blocks a warp (flat), then persistent blocks an SM (p, where set)."""
     warps, ahead, split, flat, stages, persist = cfg
-    return (f"w{warps} " + (f"async{stages}" if stages else f"ahead{ahead}") + (f" flat{flat}" if flat else f" k{split}")
-            + (f" p{persist}" if persist else ""))
+    return (f"w{warps} " + (f"async{stages}" if stages else f"ahead{ahead}")
+            + (f" flat{flat}" if flat else f" k{split}") + (f" p{persist}" if persist else ""))
+
+
+def check_config(config: tuple) -> tuple:
+    """A given launch config as six fields (five: not persistent); persistent blocks take the register buffers (the
+    cp.async ring and the flat kernel do one row block a block: rows past the grid would go unwritten)."""
+    if len(config) not in (5, 6):
+        raise ValueError(f"an int4 config is warps,ahead,splits,flat,stages[,persist], not {config!r}")
+    config = (*config, 0) if len(config) == 5 else tuple(config)
+    if config[5] and (config[3] or config[4]):
+        raise ValueError(f"{config!r}: persistent blocks take the register buffers (flat and stages 0)")
+    return config
 
 
 def parse_config(text: str) -> tuple:
-    """"warps,ahead,splits,flat,stages[,persist]" (bench --int4-config) -> a config tuple."""
-    vals = tuple(int(v) for v in text.split(","))
-    if len(vals) not in (5, 6):
-        raise ValueError(f"an int4 config is warps,ahead,splits,flat,stages[,persist], not {text!r}")
-    vals += (0,) * (6 - len(vals))
-    if vals[5] and (vals[3] or vals[4]):
-        raise ValueError(f"{text!r}: persistent blocks take the register buffers (flat and stages 0)")
-    return vals
+    """"warps,ahead,splits,flat,stages[,persist]" (bench --int4-config) -> a checked config tuple."""
+    return check_config(tuple(int(v) for v in text.split(",")))
 
 
 def tuned() -> dict:

@@ -528,9 +528,9 @@ def _launch(pdl: int) -> dict:
 def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
     """Cache positions per attention program: a power of two in [64, 512], small enough that the (kv head, chunk)
     programs fill the GPU about 1.5 times over at the full length, large enough that the partials (one fp32 row per
-    query head per chunk) stay a small fraction of the KV bytes. FLOORLINE_ATTN_CHUNK fixes it, 64-1024 (a sweep inside the
-    step: the bench times attention after a copy of itself, the step after the q/k/v GEMV, whose run time its first
-    tile's loads before the wait can overlap)."""
+    query head per chunk) stay a small fraction of the KV bytes. FLOORLINE_ATTN_CHUNK fixes it, 64-1024 (a sweep
+    inside the step: the bench times attention after a copy of itself, the step after the q/k/v GEMV, whose run time
+    its first tile's loads before the wait can overlap)."""
     fixed = os.environ.get("FLOORLINE_ATTN_CHUNK")
     if fixed:
         if fixed not in ("64", "128", "256", "512", "1024"):
