@@ -36,7 +36,6 @@
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
-#     l2pf       L2 prefetch plans (FLOORLINE_L2PF) screened on the native steps of qwen2.5-7b, int4 and bf16
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -171,17 +170,6 @@ for stage in "${stages[@]}"; do
             --model $m --ctx ${ATTN_CTX:-2048,16384} --mode native) ms"
         done
       done ;;
-    l2pf)  # issues #13, #14: L2 prefetch plans (FLOORLINE_L2PF, native/prefetch.py) screened in one process a
-           # model and format (scripts/l2pf_sweep.py: the step re-captured a plan, rounds interleaved), after the GPU
-           # tests that the tokens do not change; L2PF_INT4 and L2PF_BF16 override the plans (";"-separated)
-      timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_native.py -k "replays_real_tokens" \
-        tests/test_int4_format.py 2>&1 | tail -3 | tee "$OUT/pytest_l2pf.log"
-      IFS=';' read -ra pi <<< "${L2PF_INT4:-;o@qkv;o@qkv/start;o@qkv bulk;qkv@down;o@qkv,qkv@down;gate_up@qkv:0.25;gate_up@o:0.25;gate_up@o:0.25/start;o@qkv,gate_up@o:0.25;o@qkv,gate_up@qkv:0.25,qkv@down;o@qkv,gate_up@o:0.4,qkv@down;o@qkv,gate_up@o:0.25,qkv@down bulk;down@o:0.25;o@qkv,down@o:0.25,qkv@down}"
-      IFS=';' read -ra pb <<< "${L2PF_BF16:-;o@qkv;o@qkv:0.5;o@qkv/start;qkv@down;gate_up@qkv:0.1;gate_up@o:0.1;gate_up@o:0.1/start;o@qkv,gate_up@o:0.1;o@qkv,qkv@down;o@qkv:0.5,gate_up@o:0.1,qkv@down:0.5}"
-      timeout 300 python3 scripts/l2pf_sweep.py --model qwen2.5-7b --ctx 2048 --quant int4 --plans "${pi[@]}" \
-        --json "$OUT/l2pf_int4.json" > "$OUT/l2pf_int4.log" 2>&1; tail -20 "$OUT/l2pf_int4.log"
-      timeout 240 python3 scripts/l2pf_sweep.py --model qwen2.5-7b --ctx 2048 --quant none --plans "${pb[@]}" \
-        --json "$OUT/l2pf_bf16.json" > "$OUT/l2pf_bf16.log" 2>&1; tail -14 "$OUT/l2pf_bf16.log" ;;
     pdl)  # issues #13, #14: when a kernel lets the next one launch (FLOORLINE_PDL), A/B'd on the native steps of
           # qwen2.5-7b at ctx 2048, int4 and bf16 (one process a cell); ATTN_SWEEP=1 adds the attention kernel's
           # chunk x tile x warps x stages

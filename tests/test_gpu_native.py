@@ -112,15 +112,10 @@ def _agreement(name, quant_name, ctx: int, steps: int, near_ties: bool = False):
     assert max(errs["native"]) <= 1.5 * max(errs["hf-bf16"])
 
 
-PLAN = "o@qkv,gate_up@o:0.5/start,qkv@down"
-
-
-@pytest.mark.parametrize("quant_name, l2pf", [(None, None), ("int4", None), (None, PLAN), ("int4", PLAN),
-                                              ("int4", PLAN + " bulk")])
-def test_native_runtime_replays_real_tokens(quant_name, l2pf, monkeypatch):
+@pytest.mark.parametrize("quant_name", [None, "int4"])
+def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
     """Graph replays advance the position and give the tokens the torch reference ops give from the same state; with
-    int4 (a model wide enough for several launch configs a shape) after the configs were re-timed inside the step;
-    with an L2 prefetch plan (native/prefetch.py: a hint, the tokens must not change), by line or by bulk copies."""
+    int4 (a model wide enough for several launch configs a shape) after the configs were re-timed inside the step."""
     import dataclasses
 
     from floorline import quant
@@ -137,11 +132,6 @@ def test_native_runtime_replays_real_tokens(quant_name, l2pf, monkeypatch):
     if quant_name:
         quant.convert(m, quant.get(quant_name), torch.bfloat16)
         monkeypatch.setattr(int4_cuda, "STEP_TUNE", True)
-    if l2pf:
-        plan, _, bulk = l2pf.partition(" ")
-        monkeypatch.setenv("FLOORLINE_L2PF", plan)
-        monkeypatch.setenv("FLOORLINE_L2PF_BULK", "1" if bulk else "0")
-        monkeypatch.setattr(int4_cuda, "PF_BULK", bool(bulk))
     prompt = torch.randint(0, a.vocab, (1, 100), device="cuda", generator=torch.Generator("cuda").manual_seed(2))
     rt = runtimes.get("native", "cuda")(m, 160)
     ref = NativeModel(m, 160, ops="torch")
@@ -160,8 +150,6 @@ def test_native_runtime_replays_real_tokens(quant_name, l2pf, monkeypatch):
     assert int(rt.pos.item()) == 100 + rt.prepare_tokens + 10 == int(ref.pos.item())
     assert rt.describe()["native_pdl"] in K.PDL_MODES and rt.describe()["native_attn_chunk"] >= 64
     assert toks == want
-    if l2pf:
-        assert rt.describe()["native_l2_prefetch"].startswith("o@qkv:1/end,gate_up@o:0.5/start,qkv@down:1/end")
     if quant_name:  # every GEMV shape of the step re-timed (the tokens above came after those trials)
         tuning = rt.describe()["native_int4_step_tuning"]
         assert {"1536x1024 norm", "1024x1024 acc", "4096x1024 norm glu", "1024x2048 acc"} \

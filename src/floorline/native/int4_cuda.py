@@ -262,38 +262,6 @@ __device__ __forceinline__ void finish(float* rd, float y0, float y1, const floa
     put_y(Y, rb * 16 + threadIdx.x, v);
   }
 }
-// L2 prefetch (PF 1: at the start, once the block's own first loads are in flight; 2: after its last loads) of what a
-// later kernel of the step reads: ranges of 4 u64 (address, bytes, stride, count): `count` pieces of `bytes`, `stride`
-// apart, spread over every thread of the grid (consecutive threads, consecutive 128-byte lines; PFBULK: 4 KB
-// cp.async.bulk.prefetch.L2 pieces instead of one prefetch.global.L2 a line). A hint: no result depends on it.
-__device__ __forceinline__ void l2_prefetch(const u64* __restrict__ tab, int npf) {
-#if PF
-#if PFBULK
-  constexpr u64 LINE = 4096;
-#else
-  constexpr u64 LINE = 128;
-#endif
-  const u64 nt = (u64)gridDim.x * gridDim.y * blockDim.x;
-  const u64 t0 = ((u64)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int r = 0; r < npf; r++) {
-    const u64 a = tab[4 * r], n = tab[4 * r + 1], st = tab[4 * r + 2], cnt = tab[4 * r + 3];
-    const u64 lines = (n + LINE - 1) / LINE;
-    for (u64 i = t0; i < lines * cnt; i += nt) {
-      const u64 item = i / lines, l = i - item * lines;
-      const u64 p = a + item * st + l * LINE;
-#if PFBULK
-      const u64 left = n - l * LINE;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((u32)(left < LINE ? left : LINE))
-                   : "memory");
-#else
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-    }
-  }
-#endif
-}
-#define PF_AT(where) \
-  if (PF == (where)) l2_prefetch(PF_, npf);
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -307,7 +275,7 @@ __device__ __forceinline__ void l2_prefetch(const u64* __restrict__ tab, int npf
 extern "C" __global__ void __launch_bounds__(WARPS * 32, PERSIST && WARPS <= 24 ? 24 / WARPS : 1)
 int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
           const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
-          void* Y, int N, int K, float eps, const u64* __restrict__ PF_, int npf) {
+          void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
   float* red = (float*)smem4;                  // 2 x WARPS * 16 partial sums (row blocks alternate), 32 for the norm
@@ -350,7 +318,6 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) ISSUE(i);  // in flight before the previous kernel is waited for
-  PF_AT(1);
   pdl_wait();
   stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
@@ -368,7 +335,6 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
               ringsz[slot * 64 + 32 + lane], xq + 2 * Gl * 8, xsg, y0, y1);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
-  PF_AT(2);
   pdl_trigger(2);
   finish(red, y0, y1, bv, Y, rb);
 #else
@@ -398,7 +364,6 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
   AT(rb);
   LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
-  PF_AT(1);
   pdl_wait();
   stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
@@ -432,7 +397,6 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
       AT(next);
       LOADG(wa, sa, za, 0, 0);
     } else {
-      PF_AT(2);
       pdl_trigger(2);
     }
     finish(red + parity * WARPS * 16, y0, y1, bv, Y, rb);  // (the other half is the next row block's: one barrier)
@@ -451,7 +415,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
                const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
-               void* Y, int N, int K, float eps, const u64* __restrict__ PF_, int npf) {
+               void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
   float* red = (float*)smem4;
@@ -480,7 +444,6 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
     if (u < items) FLAT_LOAD(w[u], sc[u], zc[u], u);
   float4 nr[XPT];
   load_nw(NW, K, nr);
-  PF_AT(1);
   pdl_wait();
   stage_x(X, nr, K, eps, 0, NG, xs4, red, lane, warp);
   __syncthreads();
@@ -535,7 +498,6 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
         w[u][r][0] = wn[u][r][0]; w[u][r][1] = wn[u][r][1]; sc[u][r] = sn[u][r]; zc[u][r] = zn[u][r];
       }
   }
-  PF_AT(2);
   pdl_trigger(2);
 }
 """
@@ -576,9 +538,6 @@ class _LaunchConfig(ctypes.Structure):
 ZERO_POINTS = {"sub": 0, "sum": 1, "subnormal": 2}
 ZERO_POINT = os.environ.get("FLOORLINE_INT4_ZERO", "subnormal")
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
-# FLOORLINE_L2PF_BULK=1: the L2 prefetch as 4 KB cp.async.bulk.prefetch.L2 pieces (the TMA unit) instead of one
-# prefetch.global.L2 a 128-byte line (the default)
-PF_BULK = os.environ.get("FLOORLINE_L2PF_BULK", "0") == "1"
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -598,21 +557,19 @@ def unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1, pf=0) -> tuple:
-    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads));
-    pf: where the block issues its L2 prefetch (0 none, 1 start, 2 after its last loads; l2_prefetch), + 2 for the
-    bulk form."""
-    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt, pf
+def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1) -> tuple:
+    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads))."""
+    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt
 
 
 def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90"); config's first five
     fields and whether the sixth (persistent blocks an SM) is set (the grid itself is sized at launch)."""
-    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt, pf = flags
+    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
     warps, ahead, stages = config[0], config[1], config[4]
     defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps, RT=2 if glu else 1,
                    U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic, XBF16=xbf16, YBF16=ybf16, PDL=pdl,
-                   SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt, PF=(pf - 1) % 2 + 1 if pf else 0, PFBULK=int(pf > 2))
+                   SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
@@ -694,15 +651,12 @@ def shared_bytes(k: int, config: tuple) -> int:
 
 
 def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
-           glu=False, acc=False, pdl=0, prefetch=None) -> None:
+           glu=False, acc=False, pdl=0) -> None:
     """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
-    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32; prefetch: None or
-    (a prefetch.table, where: 1 at the start, 2 after the block's last loads)."""
+    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
     warps, _, split, flat, _, persist = config
-    table, where = prefetch if prefetch is not None else (None, 0)
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
-                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1,
-                   where + 2 * (where > 0 and PF_BULK))
+                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1)
     dev = words.device.index
     kern = _kernel(dev, flags, compile_key(config))
     smem = shared_bytes(k, config)
@@ -711,9 +665,7 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
     dummy = ctypes.c_void_p(y.data_ptr())
     ptrs = [ctypes.c_void_p(t.data_ptr()) if t is not None else dummy
             for t in (words, scales, zeros, x, norm_w, bias, y)]
-    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps),
-                   ctypes.c_void_p(table.data_ptr()) if table is not None else dummy,
-                   ctypes.c_int(table.shape[0] if table is not None else 0)]
+    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps)]
     args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     blocks = n // F.TILE // (2 if glu else 1)  # row blocks: tiles, or gate/up tile pairs
     cfg = _LaunchConfig()
@@ -772,7 +724,7 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
 
 
 def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, glu=False, config=None,
-         pdl=0, prefetch=None):
+         pdl=0):
     """y (+)= W p(x) (+ bias) (or glu) for `mma`-layout int4 weights into y (kernels.tri_gemv allocates it and holds
     the contract: fp32, or bf16 for a plain product; acc adds into y, the residual stream). The launch config is
     tuned once per shape (cold L2, in a CUDA graph) unless given."""
@@ -784,7 +736,7 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     if x.dtype not in (torch.float32, torch.bfloat16):
         x = x.float()
     kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
-              pdl=pdl, prefetch=prefetch)
+              pdl=pdl)
     config = config or FIXED
     if config is not None:
         config = check_config(config)

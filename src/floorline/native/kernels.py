@@ -143,28 +143,6 @@ if triton is not None:
             tl.extra.cuda.gdc_launch_dependents()
 
     @triton.jit
-    def _l2_prefetch(PF, NPF, PB: tl.constexpr):
-        """The L2 prefetch of native/prefetch.py's table (NPF ranges of address, bytes, stride, count): PB 128-byte
-        lines a program a round, spread over every program (int4_cuda's l2_prefetch, one prefetch.global.L2 a
-        line). A hint: no result depends on it."""
-        pid = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)
-        nprog = tl.num_programs(0) * tl.num_programs(1)
-        lane = tl.arange(0, PB)
-        for r in range(NPF):
-            a = tl.load(PF + 4 * r)
-            n = tl.load(PF + 4 * r + 1)
-            st = tl.load(PF + 4 * r + 2)
-            cnt = tl.load(PF + 4 * r + 3)
-            lines = (n + 127) // 128
-            total = lines * cnt
-            for base in range(pid * PB, total, nprog * PB):
-                i = base + lane
-                item = i // lines
-                addr = tl.where(i < total, a + item * st + (i - item * lines) * 128, a)
-                tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [addr],
-                                          dtype=tl.int32, is_pure=False, pack=1)
-
-    @triton.jit
     def _x_tile(X, NW, rk, PRO: tl.constexpr):
         """The GEMV input at columns rk: (x, x) or, for RMSNorm, (x * g, x) (its 1/rms is applied to the sums, from
         the sum of squares of the raw x that the main loop accumulates: no separate pass over x)."""
@@ -227,10 +205,10 @@ if triton is not None:
         return acc + sc * (tl.sum(p, 2) - tl.sum(xm, 1)[None, :] - ze * tl.sum(xs, 1)[None, :]), ss
 
     @triton.jit
-    def _gemv(W, S, Z, X, NW, B, Y, N, K, KW, eps, PF, NPF,
+    def _gemv(W, S, Z, X, NW, B, Y, N, K, KW, eps,
               PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
               INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, PFAT: tl.constexpr = 0):
+              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1):
         if PDL == 1:  # let the next kernel's programs launch as soon as all of ours have
             tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
@@ -267,8 +245,6 @@ if triton is not None:
         if HAS_BIAS:  # constant: read before the wait, not at the end (a DRAM round trip after the last sums)
             first = (tl.zeros_like(rn) + sid) == 0  # one split adds it
             bias = tl.load(B + rn, mask=nmask & first, other=0.0).to(tl.float32)
-        if PFAT == 1:  # a later kernel's weights asked of the L2 (native/prefetch.py), after this one's first tile
-            _l2_prefetch(PF, NPF, 256)
         _pdl_wait(PDL)
         if STAGES:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
             for k0 in tl.range(kb, ke, BK, num_stages=STAGES):
@@ -298,8 +274,6 @@ if triton is not None:
                 if PRO == 1:
                     ss += xr * xr
                 w = w_next
-        if PFAT == 2:  # ... or after this one's last loads
-            _l2_prefetch(PF, NPF, 256)
         if PDL == 2:
             tl.extra.cuda.gdc_launch_dependents()
         y = tl.sum(acc, 1)
@@ -480,15 +454,14 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, config=None, layout="rows", prefetch=None):
+             glu=False, out=None, config=None, layout="rows"):
     """The GPU twin of ref_gemv (int4 in the `mma` layout: int4_cuda.gemv, whose `config` is (warps, groups ahead,
     splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg: bench
     --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
-    buffers). prefetch: (a native/prefetch.py table, where: 1 start, 2 end): this GEMV asks the L2 for a later
-    kernel's weights."""
+    buffers)."""
     int4 = scales is not None
     mma = int4 and layout == "mma"
     if mma:  # int4_format: words (N/16, 2K), 16-row tiles
@@ -505,13 +478,11 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         from floorline.native import int4_cuda
 
         return int4_cuda.gemv(w, x, y, scales=scales, zeros=zeros, pro=pro, norm_w=norm_w, eps=eps, bias=bias,
-                              acc=acc, glu=glu, config=config, pdl=_pdl_default(), prefetch=prefetch)
+                              acc=acc, glu=glu, config=config, pdl=_pdl_default())
     dummy = y
-    pf, pfat = prefetch if prefetch is not None else (None, 0)
     args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
-            bias if bias is not None else dummy, y, n, k, k // 8, eps, pf if pf is not None else dummy,
-            pf.shape[0] if pf is not None else 0)
-    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, ACC=acc, INT4=int4, GROUP_K=GROUP, PFAT=pfat)
+            bias if bias is not None else dummy, y, n, k, k // 8, eps)
+    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, ACC=acc, INT4=int4, GROUP_K=GROUP)
     rows = n // 2 if glu else n
 
     def grid(meta):

@@ -19,7 +19,6 @@ import math
 import torch
 
 from floorline.native import kernels as K
-from floorline.native import prefetch as P
 
 
 class NativeModel:
@@ -46,9 +45,6 @@ class NativeModel:
         self.pos = torch.zeros(1, dtype=torch.int32, device=dev)
         self.logits = None
         self._buffers(dev)
-        plan = P.plan_from_env() if ops == "triton" else []
-        self.l2_prefetch = P.describe(plan)  # FLOORLINE_L2PF (native/prefetch.py); per layer {source: table}
-        self.prefetch = P.tables(self.layers, plan, dev) if plan else [{} for _ in self.layers]
 
     # -------------------------------------------------------------------------------------------- weights
     def _layer(self, layer) -> dict:
@@ -74,11 +70,11 @@ class NativeModel:
         self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
 
     # ------------------------------------------------------------------------------------------------ ops
-    def _gemv(self, m: dict, x, out, prefetch=None, **kw):
+    def _gemv(self, m: dict, x, out, **kw):
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
         if self.ops == "triton":
-            return K.tri_gemv(w, x, out=out, eps=self.eps, prefetch=prefetch, **extra, **kw)
+            return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, **kw)
         out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
@@ -96,14 +92,11 @@ class NativeModel:
         x = self.x
         x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
         for i, lay in enumerate(self.layers):
-            pf = self.prefetch[i]  # what each GEMV asks the L2 for ahead of a later kernel (empty: nothing)
-            self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
-                       prefetch=pf.get("qkv"))
+            self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"])
             a = self._attention(i)
-            self._gemv(lay["o"], a, x, residual=x, prefetch=pf.get("o"))  # x += o(a), in place (split-K if it pays)
-            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True,
-                       prefetch=pf.get("gate_up"))
-            self._gemv(lay["down"], self.act, x, residual=x, prefetch=pf.get("down"))
+            self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
+            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
+            self._gemv(lay["down"], self.act, x, residual=x)
         self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
         self.tok.copy_(self.logits.argmax().view(1))
         self.pos.add_(1)

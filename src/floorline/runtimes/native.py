@@ -39,8 +39,7 @@ class Native(Runtime):
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
                 "native_int4_configs": int4_cuda.tuned() or None,
-                "native_int4_step_tuning": int4_cuda.last_step_tuning or None,
-                "native_l2_prefetch": self.net.l2_prefetch or None}
+                "native_int4_step_tuning": int4_cuda.last_step_tuning or None}
 
     def prefill(self, prompt: torch.Tensor, chunk: int = 1024, progress=None) -> None:
         self.net.prefill(prompt, chunk)
