@@ -36,6 +36,7 @@
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
+#     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -169,6 +170,21 @@ for stage in "${stages[@]}"; do
           echo "$m chunk $c: $(FLOORLINE_ATTN_CHUNK=$c cell "$OUT/attn_step_$c.jsonl" "$OUT/attn_step.log" \
             --model $m --ctx ${ATTN_CTX:-2048,16384} --mode native) ms"
         done
+      done ;;
+    screen)  # issues #13, #14: the Triton GEMV's tiles re-timed in the step against the autotuner's, crossed with
+             # attention layouts, screened in one process a cell (scripts/step_screen.py), after the GPU test of the
+             # runtime's replays (tokens against the torch reference, the tiles re-timed); SCREEN_CELLS
+             # "model:quant:ctx:attn;attn..." items override
+      timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_native.py -k "replays_real_tokens" 2>&1 | tail -2 \
+        | tee "$OUT/pytest_screen.log"
+      for c in ${SCREEN_CELLS:-"qwen2.5-7b:int4:2048:default;128,64,8,3;64,64,4,3;64,32,8,3;64,64,8,2" \
+                 "qwen2.5-7b:none:2048:default;128,64,8,3;64,64,4,3;64,32,8,3;64,64,8,2" \
+                 "qwen2.5-7b:none:16384:default;128,64,8,3;512,64,8,3;256,128,8,3;256,64,4,3"}; do
+        IFS=: read -r m q x at <<< "$c"
+        IFS=';' read -ra ats <<< "$at"
+        timeout 240 python3 scripts/step_screen.py --model $m --quant $q --ctx $x --attn "${ats[@]}" \
+          --json "$OUT/screen_${m}_${q}_$x.json" > "$OUT/screen_${m}_${q}_$x.log" 2>&1
+        grep -E "^\||ctx|re-timed" "$OUT/screen_${m}_${q}_$x.log" | cut -c1-400
       done ;;
     pdl)  # issues #13, #14: when a kernel lets the next one launch (FLOORLINE_PDL), A/B'd on the native steps of
           # qwen2.5-7b at ctx 2048, int4 and bf16 (one process a cell); ATTN_SWEEP=1 adds the attention kernel's

@@ -115,7 +115,8 @@ def _agreement(name, quant_name, ctx: int, steps: int, near_ties: bool = False):
 @pytest.mark.parametrize("quant_name", [None, "int4"])
 def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
     """Graph replays advance the position and give the tokens the torch reference ops give from the same state; with
-    int4 (a model wide enough for several launch configs a shape) after the configs were re-timed inside the step."""
+    int4 (a model wide enough for several launch configs a shape) after the configs were re-timed inside the step;
+    the Triton GEMV's tiles (all of bf16, lm_head with int4) re-timed there as well."""
     import dataclasses
 
     from floorline import quant
@@ -132,6 +133,7 @@ def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
     if quant_name:
         quant.convert(m, quant.get(quant_name), torch.bfloat16)
         monkeypatch.setattr(int4_cuda, "STEP_TUNE", True)
+    monkeypatch.setattr(K, "STEP_TUNE", True)
     prompt = torch.randint(0, a.vocab, (1, 100), device="cuda", generator=torch.Generator("cuda").manual_seed(2))
     rt = runtimes.get("native", "cuda")(m, 160)
     ref = NativeModel(m, 160, ops="torch")
@@ -150,6 +152,8 @@ def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
     assert int(rt.pos.item()) == 100 + rt.prepare_tokens + 10 == int(ref.pos.item())
     assert rt.describe()["native_pdl"] in K.PDL_MODES and rt.describe()["native_attn_chunk"] >= 64
     assert toks == want
+    tiles = rt.describe()["native_triton_step_tuning"]  # the Triton GEMV's tiles re-timed in the step too
+    assert tiles and all(len(t) > 1 for t in tiles.values()) and any("norm" in s for s in tiles), tiles
     if quant_name:  # every GEMV shape of the step re-timed (the tokens above came after those trials)
         tuning = rt.describe()["native_int4_step_tuning"]
         assert {"1536x1024 norm", "1024x1024 acc", "4096x1024 norm glu", "1024x2048 acc"} \

@@ -48,7 +48,10 @@ def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages):
 def test_autotuning_offers_split_k_only_to_in_place_plain_gemvs(table):
     """Split-K adds partial sums into the output: only with ACC, no norm (it needs all of x), no glu, 2+ tiles each."""
     def splits(k, **flags):
-        return {c.kwargs["SPLIT"] for c in K._prune(getattr(K, table), {"K": k}, INT4=table == "_INT4", **flags)}
+        kept = K._prune(getattr(K, table), {"N": 3584, "K": k}, INT4=table == "_INT4", **flags)
+        # retune_in_step's trials are what the autotuner considered
+        assert K._CANDIDATES[(3584, k, flags["PRO"], flags["GLU"], flags["ACC"], table == "_INT4")] == kept
+        return {c.kwargs["SPLIT"] for c in kept}
 
     assert splits(18944, PRO=K.PRO_NONE, GLU=False, ACC=True) > {1}
     assert splits(18944, PRO=K.PRO_RMSNORM, GLU=False, ACC=True) == {1}

@@ -94,3 +94,30 @@ def graph_ms(calls: list[Callable[[], object]], replays: int = 20) -> float:
     graph = capture_graph(lambda: [f() for f in calls], 1)
     graph.replay()
     return statistics.median(time_steps(graph.replay, replays, torch.device("cuda"))) / len(calls)
+
+
+def state_replay_ms(capture: Callable[[], "torch.cuda.CUDAGraph"], state: list, reps: int = 30) -> float:
+    """The median ms of `reps` replays (after 3 untimed) of the graph `capture()` records, `state` (tensors: the
+    decode step's token and position) restored to its values at the call before every replay and after the last: the
+    launch-config trials that re-time a kernel inside the whole step (int4_cuda and kernels.retune_in_step) leave
+    the decode where it was, writing only cache positions from the current one on, which a step writes before it
+    reads."""
+    keep = [t.clone() for t in state]
+
+    def restore():
+        for t, k in zip(state, keep):
+            t.copy_(k)
+
+    graph = capture()
+    times = []
+    for _ in range(reps + 3):
+        restore()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    del graph
+    restore()
+    return sorted(times[3:])[reps // 2]

@@ -768,39 +768,20 @@ def retune_in_step(capture, state: list, top: int = 12, reps: int = 30) -> None:
     the fastest kept: the neighbours a shape has in the step are other kernels, not copies of itself. `state` (the
     token and the position) is restored after every replay, so the trials leave the decode where it was: they write
     only cache positions from the current one on, which a step writes before it reads."""
-    keep = [t.clone() for t in state]
+    from floorline.timing import state_replay_ms
+
     _USED.clear()
     graph = capture()  # which shapes the step launches
     del graph
-
-    def restore():
-        for t, k in zip(state, keep):
-            t.copy_(k)
-
-    def step_ms() -> float:
-        graph = capture()
-        times = []
-        for _ in range(reps + 3):
-            restore()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        del graph
-        return sorted(times[3:])[reps // 2]
-
     global last_step_tuning
     last_step_tuning = {}
     for key in [k for k in _BEST if k in _USED and len(_RANKED.get(k, ())) > 1]:
         times = {}
         for cfg in _RANKED[key][:top]:
             _BEST[key] = cfg
-            times[cfg] = step_ms()
+            times[cfg] = state_replay_ms(capture, state, reps)
         _BEST[key] = min(times, key=times.get)
         last_step_tuning[_shape_name(key)] = {config_name(c): round(t, 4) for c, t in times.items()}
-    restore()
 
 
 last_step_tuning: dict = {}  # shape -> {config: step ms} of the latest retune_in_step (kept in the records)

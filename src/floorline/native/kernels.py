@@ -306,7 +306,9 @@ if triton is not None:
         plain = acc and not kwargs.get("PRO") and not kwargs.get("GLU")
         keep = [c for c in configs if k % c.kwargs["BK"] == 0 and (not int4 or c.kwargs["BK"] % GROUP == 0)
                 and (c.kwargs.get("SPLIT", 1) == 1 or plain and k // c.kwargs["BK"] >= 2 * c.kwargs["SPLIT"])]
-        return keep or [triton.Config({"BN": 8, "BK": _pick_bk(k, int4)}, num_warps=4)]
+        keep = keep or [triton.Config({"BN": 8, "BK": _pick_bk(k, int4)}, num_warps=4)]
+        _CANDIDATES[(named_args["N"], k, kwargs.get("PRO"), kwargs.get("GLU"), acc, int4)] = keep
+        return keep
 
     # every config is compiled and timed per (N, K, prologue, epilogue) once, before the CUDA graph is captured
     # (ACC's in-place output restored after each trial); int4 tiles give each thread several rows of the same
@@ -446,6 +448,50 @@ if triton is not None:
         tl.store(OUT + h * D + d, num / den)
 
 
+_CANDIDATES: dict = {}  # (N, K, PRO, GLU, ACC, INT4): the tiles _prune kept for the autotuner (retune_in_step's trials)
+_USED: set = set()  # the same keys, autotuned launches since the last clear (retune_in_step: the step's own shapes)
+# FLOORLINE_TRITON_STEP_TUNE (default 1; 0 turns it off): mode native re-times the Triton GEMV's tiles inside the
+# step, as int4_cuda.retune_in_step does the CUDA GEMV's launch configs
+STEP_TUNE = os.environ.get("FLOORLINE_TRITON_STEP_TUNE", "1") != "0"
+last_step_tuning: dict = {}  # shape -> {tile: step ms} of the latest retune_in_step (kept in the records)
+
+
+def tile_name(cfg) -> str:
+    """A Triton GEMV tile in words: rows x columns a program, warps, then cp.async stages and splits where set."""
+    kw = cfg.kwargs
+    return (f"{kw['BN']}x{kw['BK']} w{cfg.num_warps}" + (f" s{kw['STAGES']}" if kw.get("STAGES") else "")
+            + (f" k{kw['SPLIT']}" if kw.get("SPLIT", 1) > 1 else ""))
+
+
+def retune_in_step(capture, state: list, reps: int = 30) -> None:
+    """The Triton GEMV's tiles re-chosen where they run (int4_cuda.retune_in_step's method): for each shape the
+    autotuner chose a tile for (its timer: one launch after an L2 flush), every tile it considered, each timed in the
+    whole decode step (`capture()`: a CUDA graph of one step; timing.state_replay_ms, `state` restored), the fastest
+    kept in the autotuner's cache."""
+    from floorline.timing import state_replay_ms
+
+    global last_step_tuning
+    last_step_tuning = {}
+    if triton is None:
+        return
+    _USED.clear()
+    graph = capture()  # which shapes the step launches
+    del graph
+    for int4, tuner in ((False, _gemv_bf16), (True, _gemv_int4)):
+        for key in list(tuner.cache):
+            n, k, pro, glu, acc = key[:5]
+            cands = _CANDIDATES.get((n, k, pro, glu, acc, int4), [])
+            if len(cands) < 2 or (n, k, pro, glu, acc, int4) not in _USED:
+                continue
+            times = {}
+            for cfg in cands:
+                tuner.cache[key] = cfg
+                times[cfg] = state_replay_ms(capture, state, reps)
+            tuner.cache[key] = min(times, key=times.get)
+            name = f"{n}x{k}{' norm' if pro else ''}{' glu' if glu else ''}{' acc' if acc else ''}"
+            last_step_tuning[name] = {tile_name(c): round(t, 4) for c, t in times.items()}
+
+
 def _pick_bk(k: int, int4: bool) -> int:
     for bk in ((256, 128) if int4 else (256, 128, 64, 32, 16)):
         if k % bk == 0:
@@ -496,6 +542,7 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         _gemv[grid(cfg)](*args, **flags, **cfg, PDL=pdl, **_launch(pdl))
     else:
         pdl = _pdl_default()
+        _USED.add((n, k, pro, glu, acc, int4))
         (_gemv_int4 if int4 else _gemv_bf16)[grid](*args, **flags, PDL=pdl, **_launch(pdl))
     return y
 

@@ -39,7 +39,8 @@ class Native(Runtime):
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
                 "native_int4_configs": int4_cuda.tuned() or None,
-                "native_int4_step_tuning": int4_cuda.last_step_tuning or None}
+                "native_int4_step_tuning": int4_cuda.last_step_tuning or None,
+                "native_triton_step_tuning": K.last_step_tuning or None}
 
     def prefill(self, prompt: torch.Tensor, chunk: int = 1024, progress=None) -> None:
         self.net.prefill(prompt, chunk)
@@ -48,12 +49,18 @@ class Native(Runtime):
 
     def prepare(self) -> None:
         from floorline.native import int4_cuda
+        from floorline.native import kernels as K
 
         t0 = time.perf_counter()
         self.graph = capture_graph(self.net.step, self.prepare_tokens)
-        if int4_cuda.STEP_TUNE and int4_cuda._RANKED:  # int4 launch configs re-timed inside the step itself
+        int4 = int4_cuda.STEP_TUNE and int4_cuda._RANKED
+        if int4 or K.STEP_TUNE:  # launch configs and tiles re-timed inside the step itself
             self.graph = None
-            int4_cuda.retune_in_step(lambda: capture_graph(self.net.step, 0), [self.net.tok, self.net.pos])
+            capture, state = (lambda: capture_graph(self.net.step, 0)), [self.net.tok, self.net.pos]
+            if int4:
+                int4_cuda.retune_in_step(capture, state)
+            if K.STEP_TUNE:
+                K.retune_in_step(capture, state)
             self.graph = capture_graph(self.net.step, 0)
         self.prepare_s = time.perf_counter() - t0
 
