@@ -57,6 +57,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,pow
 python3 -c 'import torch, transformers, triton; print("torch", torch.__version__, "transformers", transformers.__version__, "triton", triton.__version__)'
 fl() { python3 -m floorline "$@"; }
 medians() { grep -h -o '"step_ms_median": [0-9.]*' "$@" | cut -d' ' -f2 | paste -sd' '; }  # of the records in files
+# show_records FILE...: one line a record (model, ctx, quant, ms, % of the peak floor, valid)
+show_records() {
+  python3 - "$@" <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    for l in open(f):
+        r = json.loads(l)
+        print(f"{r['model']:<13} ctx {r['ctx']:>5} {r.get('quant') or 'bf16':<5} {r['step_ms_median']:.3f} ms "
+              f"{100 * r['floor_ms_peak'] / r['step_ms_median']:.1f}% of peak floor {r.get('valid')} ({f.split('/')[-1]})")
+PY
+}
 # cell FILE LOG RUN-ARGS...: one `floorline run` (a fresh process, this shell's environment), its records appended to
 # FILE, its log to LOG; prints this run's medians alone (nothing if it failed, not an earlier cell's)
 cell() {
@@ -234,37 +245,37 @@ for stage in "${stages[@]}"; do
           --out "$OUT/explain_native_$q" > "$OUT/explain_native_$q.log" 2>&1
         grep -E "native|graph|gemv|attn|kernel" "$OUT/explain_native_$q.log" | head -30
       done ;;
-    final)  # issues #13, #14 on one short lease: the records of the final sources -- native int4 at ctx 2048 (qwen2.5-7b
-            # also without the in-step tuning of the int4 launch configs) and bf16 at ctx 2048, 16384 (and 30720 for
-            # qwen2.5-7b) for both models, the per-kernel table (bf16 and the int4 CUDA GEMV, attention), explain of
-            # qwen2.5-7b int4, then the int4 CUDA GEMV's tests in what is left of a 590 s call
+    final)  # issues #13, #14, first of two calls: the records of the final sources -- native int4 at ctx 2048, both
+            # models (qwen2.5-7b also with no step tuning at all: FLOORLINE_INT4_STEP_TUNE=0 and
+            # FLOORLINE_TRITON_STEP_TUNE=0), bf16 qwen2.5-7b at ctx 2048, 16384, 30720 (2048 and 16384 also without
+            # the Triton tiles' step tuning) (final2: the rest)
       for m in qwen2.5-7b llama-3.1-8b; do
         fl run --model $m --ctx 2048 --quant int4 --mode native --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
       done
-      FLOORLINE_INT4_STEP_TUNE=0 fl run --model qwen2.5-7b --ctx 2048 --quant int4 --mode native \
-        --output "$OUT/native_int4_no_step_tune.jsonl" >> "$OUT/native.log" 2>&1
-      for m in qwen2.5-7b llama-3.1-8b; do
-        ctxs=2048,16384; [ "$m" = qwen2.5-7b ] && ctxs=2048,16384,30720
-        fl run --model $m --ctx $ctxs --mode native --output "$OUT/native_bf16.jsonl" >> "$OUT/native.log" 2>&1
-      done
-      for f in native_int4 native_int4_no_step_tune native_bf16; do
-        python3 - "$OUT/$f.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    print(f"{r['model']:<13} ctx {r['ctx']:>5} {r.get('quant') or 'bf16':<5} {r['step_ms_median']:.3f} ms "
-          f"{100 * r['floor_ms_peak'] / r['step_ms_median']:.1f}% of peak floor {r.get('valid')}")
-PY
-      done
+      FLOORLINE_INT4_STEP_TUNE=0 FLOORLINE_TRITON_STEP_TUNE=0 fl run --model qwen2.5-7b --ctx 2048 --quant int4 \
+        --mode native --output "$OUT/native_int4_no_step_tune.jsonl" >> "$OUT/native.log" 2>&1
+      fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      FLOORLINE_TRITON_STEP_TUNE=0 fl run --model qwen2.5-7b --ctx 2048,16384 --mode native \
+        --output "$OUT/native_bf16_no_step_tune.jsonl" >> "$OUT/native.log" 2>&1
+      show_records "$OUT/native_int4.jsonl" "$OUT/native_int4_no_step_tune.jsonl" "$OUT/native_bf16.jsonl" \
+        "$OUT/native_bf16_no_step_tune.jsonl" ;;
+    final2)  # the second call: bf16 llama-3.1-8b at ctx 2048 and 16384, the per-kernel table (bf16 and the int4 CUDA
+             # GEMV, attention), explain of qwen2.5-7b int4 (its GEMV split by place in the layer), then GPU tests in
+             # what is left of a 590 s call: the runtime's replays, native int4 against HF fp32, ctx 16384
+      fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" >> "$OUT/native.log" 2>&1
+      show_records "$OUT/native_bf16.jsonl"
       timeout 130 python3 -m floorline.native.bench --formats "bf16,int4 cuda" --json "$OUT/native_bench.json" \
         > "$OUT/native_bench.log" 2>&1
       grep "|" "$OUT/native_bench.log"
       timeout 90 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant int4 \
         --out "$OUT/explain_native_int4" > "$OUT/explain_native_int4.log" 2>&1
-      grep -E "native|int4_gemv|_gemv|attn" "$OUT/explain_native_int4.log" | tail -8
-      left=$(( 590 - ($(date +%s) - t0) ))
-      [ $left -gt 30 ] && timeout $left python3 -m pytest -q -m gpu tests/test_gpu_native.py -k "int4_cuda" 2>&1 \
-        | tee "$OUT/pytest_int4.log" | tail -2 ;;
+      grep -E "native|int4_gemv|_gemv|attn|/4|after" "$OUT/explain_native_int4.log" | tail -16
+      for k in replays_real_tokens "bf16 and int4" 16384; do
+        left=$(( 590 - ($(date +%s) - t0) ))
+        [ $left -gt 40 ] && timeout $left python3 -m pytest -q -s -m gpu tests/test_gpu_native.py -k "$k" 2>&1 \
+          | grep -E "vs HF fp32|vs torch-reference|passed|failed|Error|assert" | tee -a "$OUT/pytest_final2.log"
+      done ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"

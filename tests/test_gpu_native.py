@@ -115,8 +115,8 @@ def _agreement(name, quant_name, ctx: int, steps: int, near_ties: bool = False):
 @pytest.mark.parametrize("quant_name", [None, "int4"])
 def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
     """Graph replays advance the position and give the tokens the torch reference ops give from the same state; with
-    int4 (a model wide enough for several launch configs a shape) after the configs were re-timed inside the step;
-    the Triton GEMV's tiles (all of bf16, lm_head with int4) re-timed there as well."""
+    int4 after the configs were re-timed inside the step; the Triton GEMV's tiles (all of bf16, lm_head with int4)
+    re-timed there as well (a model wide enough for several launch configs and tiles a shape)."""
     import dataclasses
 
     from floorline import quant
@@ -124,10 +124,8 @@ def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
     from floorline.native import kernels as K
     from floorline.native.model import NativeModel
 
-    a = zoo.ZOO["tiny-llama"]
-    if quant_name:
-        a = dataclasses.replace(a, name="small-llama", hidden=1024, intermediate=2048, heads=8, head_dim=128,
-                                params=None)
+    a = dataclasses.replace(zoo.ZOO["tiny-llama"], name="small-llama", hidden=1024, intermediate=2048, heads=8,
+                            head_dim=128, params=None)
     # fp32 (int4: bf16 weights, as quant converts them): the activations are fp32 in both, no near-ties between them
     m = models.build_random(a, torch.device("cuda"), "bf16" if quant_name else "fp32", seed=0)
     if quant_name:
