@@ -57,6 +57,28 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,pow
 python3 -c 'import torch, transformers, triton; print("torch", torch.__version__, "transformers", transformers.__version__, "triton", triton.__version__)'
 fl() { python3 -m floorline "$@"; }
 medians() { grep -h -o '"step_ms_median": [0-9.]*' "$@" | cut -d' ' -f2 | paste -sd' '; }  # of the records in files
+# Nsight Compute's warp-stall reasons (cycles a warp spends stalled on each, per issued instruction), and
+# ncu_stalls FILE: each kernel's largest ones, one line a kernel
+NCU_STALLS="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+ncu_stalls() {
+  python3 - "$1" <<'PY'
+import re, sys
+name, stalls = None, {}
+def show():
+    if name and stalls:
+        top = sorted(stalls.items(), key=lambda kv: -kv[1])[:6]
+        print(f"  stalls per issued instruction, {name[:40]}: " + ", ".join(f"{k} {v:.2f}" for k, v in top))
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"  (\S+)\s*\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", line)
+    if m:
+        show()
+        name, stalls = m.group(1), {}
+    m = re.search(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio\s+\S*\s+([\d.]+)", line)
+    if m:
+        stalls[m.group(1)] = float(m.group(2))
+show()
+PY
+}
 # show_records FILE...: one line a record (model, ctx, quant, ms, % of the peak floor, valid)
 show_records() {
   python3 - "$@" <<'PY'
@@ -145,19 +167,21 @@ for stage in "${stages[@]}"; do
         set -- $sc
         ncu --clock-control none -k regex:int4_gemv --launch-skip 2 --launch-count 1 --section SpeedOfLight \
           --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
-          --metrics smsp__inst_executed.sum,dram__bytes_read.sum \
+          --metrics "smsp__inst_executed.sum,dram__bytes_read.sum,$NCU_STALLS" \
           python3 -m floorline.native.bench --only "$1" --formats "int4 cuda" --int4-config "$2" \
           > "$OUT/ncu_${1}_${2//,/-}.txt" 2>&1  # (no commas in names: the device tool drops such files)
-        echo "== ncu $1 $2"; grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed|dram__bytes|Stall|Block Limit" "$OUT/ncu_${1}_${2//,/-}.txt" | head -30
+        echo "== ncu $1 $2"; grep -E "DRAM Throughput|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Eligible Warps|inst_executed|dram__bytes|Block Limit" "$OUT/ncu_${1}_${2//,/-}.txt" | head -14
+        ncu_stalls "$OUT/ncu_${1}_${2//,/-}.txt"
       done ;;
     attn-ncu)  # Nsight Compute on the attention kernels (chunks, merge) at ctx 2048 and 16384: the checked first call
       for c in 2048 16384; do
         ncu --clock-control none -k regex:_attn --launch-count 2 --section SpeedOfLight --section Occupancy \
-          --section WarpStateStats --section LaunchStats --metrics dram__bytes_read.sum \
+          --section WarpStateStats --section LaunchStats --metrics "dram__bytes_read.sum,$NCU_STALLS" \
           python3 -m floorline.native.bench --only attention --attn-ctx $c > "$OUT/ncu_attn_$c.txt" 2>&1
         echo "== ncu attention ctx $c"
         grep -E "^  _attn|DRAM Throughput|Duration|Registers Per|Achieved Occupancy|Grid Size|No Eligible|dram__bytes" \
           "$OUT/ncu_attn_$c.txt" | head -24
+        ncu_stalls "$OUT/ncu_attn_$c.txt"
       done ;;
     native-ab)  # a change A/B'd on the native steps: the sources in $AB_BASE (default out/ab_base: `git archive REV src |
                 # tar -x -C out/ab_base`, carried) against these, one fresh process a cell, base then new for each cell
