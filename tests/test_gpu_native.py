@@ -196,8 +196,7 @@ def test_int4_cuda_gemv_matches_its_reference(n, k, pro, glu, bias, res, split, 
     # blocks (the fewest: most row blocks each; and the most)
     persistent = sorted((c for c in configs if c[5]), key=lambda c: c[5])
     tuned = [None] if xdt == torch.float32 else []
-    rings = sorted((c for c in configs if c[4]), key=lambda c: c[4])  # cp.async: the shallowest and deepest
-    for cfg in tuned + configs[:1] + [c for c in configs if c[3]][:1] + rings[:1] + rings[-1:] \
+    for cfg in tuned + configs[:1] + [c for c in configs if c[3]][:1] + [c for c in configs if c[4]][:1] \
             + persistent[:1] + persistent[-1:]:
         out = res0.clone() if res else torch.full((rows,), float("nan"), device="cuda", dtype=ydt)
         got = K.tri_gemv(words, x, scales=s, zeros=z, layout="mma", residual=out if res else None, out=out,

@@ -515,12 +515,7 @@ CONFIGS = [(4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0, 0, 0), (8, 2, 1,
            (4, 4, 1, 1, 0, 0), (4, 2, 1, 2, 0, 0), (8, 1, 1, 0, 4, 0), (8, 1, 1, 0, 6, 0), (4, 1, 1, 0, 8, 0),
            (16, 1, 1, 0, 3, 0), (8, 1, 2, 0, 4, 0), (4, 1, 4, 0, 6, 0),
            (8, 2, 1, 0, 0, 2), (8, 2, 1, 0, 0, 3), (16, 2, 1, 0, 0, 1), (4, 2, 1, 0, 0, 4), (4, 2, 1, 0, 0, 6),
-           (4, 2, 4, 0, 0, 4), (4, 2, 4, 0, 0, 6), (8, 2, 2, 0, 0, 2), (8, 2, 4, 0, 0, 2),
-           # a warp's whole K slice of a split-K block in flight at once (down: ~9 groups a warp; Nsight Compute on the
-           # H200 puts its time in long-scoreboard stalls, a chain of dependent batches of 2 groups): deep cp.async
-           # rings, 4 groups in registers
-           (4, 1, 4, 0, 8, 0), (8, 1, 4, 0, 6, 0), (4, 1, 2, 0, 8, 0), (4, 1, 8, 0, 4, 0), (4, 4, 4, 0, 0, 0),
-           (8, 1, 1, 0, 8, 0)]
+           (4, 2, 4, 0, 0, 4), (4, 2, 4, 0, 0, 6), (8, 2, 2, 0, 0, 2), (8, 2, 4, 0, 0, 2)]
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -767,9 +762,8 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
 STEP_TUNE = os.environ.get("FLOORLINE_INT4_STEP_TUNE", "1") != "0"
 
 
-def retune_in_step(capture, state: list, top: int | None = None, reps: int = 30) -> None:
-    """Launch configs re-chosen where they run: for each tuned shape in turn, its `top` configs by _tune's timer (all
-    of them by default: ~20-40 a shape, ~30 s a model; the one-launch ranking put the step's best q/k/v config 3rd),
+def retune_in_step(capture, state: list, top: int = 12, reps: int = 30) -> None:
+    """Launch configs re-chosen where they run: for each tuned shape in turn, its `top` configs by _tune's timer,
     each timed in the whole decode step (`capture()` returns a CUDA graph of one step; medians of `reps` replays),
     the fastest kept: the neighbours a shape has in the step are other kernels, not copies of itself. `state` (the
     token and the position) is restored after every replay, so the trials leave the decode where it was: they write
