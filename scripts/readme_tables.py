@@ -184,8 +184,11 @@ def predict_validation() -> str:
 
 def bandwidth() -> str:
     """Which streaming pattern won, on this project's CPU and on the H200: from the latest records that carry the
-    patterns (results/cpu/default_run.jsonl; results/h200/ once records of this version are committed there). An
-    indented block: it sits in a numbered list."""
+    patterns (results/cpu/default_run.jsonl; results/h200/), those of this version's sources first (not a dropped
+    experiment's, measured later). An indented block: it sits in a numbered list."""
+    from floorline.system import source_sha256
+
+    mine = source_sha256()
 
     def line(rec: dict, where: str) -> str:
         pats = rec["bw_patterns_gbps"]
@@ -198,6 +201,7 @@ def bandwidth() -> str:
     for where, root in (("CPU", CPU), ("H200", H200)):
         recs = [dict(r, _file=_rel(f)) for f in sorted(root.rglob("*.jsonl")) for r in _read(f)
                 if r.get("bw_patterns_gbps")]
+        recs = [r for r in recs if r.get("source_sha256") == mine] or recs
         if recs:
             out.append(line(max(recs, key=lambda r: r.get("timestamp") or ""), where))
     return "".join(out) + "   "
