@@ -33,7 +33,10 @@
 #               cpu, eager, 256)
 #     recheck   the ctx-16384 agreement tests and explain of the native steps (int4 beside HF's graph mode, bf16):
 #               what the last session changed without a GPU left to check it
-#     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels
+#     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources (with step
+#               tuning and without), then the per-kernel table, explain of native int4 and the GPU agreement tests
+#     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels, with each
+#               kernel's largest warp-stall reasons
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
