@@ -301,3 +301,64 @@ def test_the_attention_chunk_override_fixes_it_or_says_which_values_it_takes(mon
     monkeypatch.setenv("FLOORLINE_ATTN_CHUNK", "100")
     with pytest.raises(UserError, match="64, 128, 256, 512 or 1024"):
         K.attn_chunk_len(16384, 4, 132)
+
+
+def _fake_step(monkeypatch, ms_of):
+    """timing.state_replay_ms replaced by `ms_of()` (what the current choices would cost): the step tuners' selection
+    logic without a GPU. Returns the list of the trials' times."""
+    from floorline import timing
+
+    trials = []
+
+    def fake(capture, state, reps=30):
+        capture()
+        trials.append(ms_of())
+        return trials[-1]
+
+    monkeypatch.setattr(timing, "state_replay_ms", fake)
+    return trials
+
+
+def test_triton_tiles_retuned_in_the_step_keep_the_fastest_of_the_step_shapes(monkeypatch):
+    """Every tile the autotuner considered for a shape the step launched is timed in the step, the fastest kept in the
+    autotuner's cache and every trial named in last_step_tuning; a shape the step does not launch, or with one tile,
+    is left alone."""
+    if K.triton is None:
+        pytest.skip("the Triton GEMV's autotuner needs Triton (floorline[native])")
+    tiles = list(K._BF16)
+    step_key = (3584, 18944, 0, False, True, "torch.bfloat16")
+    other_key = (512, 512, 0, False, False, "torch.bfloat16")
+    single_key = (64, 128, 1, False, False, "torch.bfloat16")
+    monkeypatch.setattr(K._gemv_bf16, "cache", {step_key: tiles[0], other_key: tiles[0], single_key: tiles[1]})
+    monkeypatch.setattr(K, "_CANDIDATES", {(*step_key[:5], False): tiles[:5], (*other_key[:5], False): tiles[:5],
+                                           (*single_key[:5], False): tiles[1:2]})
+    monkeypatch.setattr(K, "_USED", set())
+    cost = {id(t): 3.0 + i for i, t in enumerate(tiles)}
+    cost[id(tiles[3])] = 2.5  # the fastest in the step
+
+    def capture():  # the step launches two of the shapes
+        K._USED.update({(*step_key[:5], False), (*single_key[:5], False)})
+
+    trials = _fake_step(monkeypatch, lambda: cost[id(K._gemv_bf16.cache[step_key])])
+    K.retune_in_step(capture, [torch.zeros(1)])
+    assert K._gemv_bf16.cache[step_key] is tiles[3] and K._gemv_bf16.cache[other_key] is tiles[0]
+    assert K._gemv_bf16.cache[single_key] is tiles[1] and len(trials) == 5
+    assert K.last_step_tuning == {"3584x18944 acc": {K.tile_name(t): cost[id(t)] for t in tiles[:5]}}
+
+
+def test_int4_configs_retuned_in_the_step_keep_the_fastest_of_the_shortlist(monkeypatch):
+    """The int4 CUDA GEMV's step tuning: the one-launch timer's `top` configs of each shape the step launched, timed in
+    the step, the fastest kept."""
+    from floorline.native import int4_cuda
+
+    key = ("cuda:0", 3584, 18944, 0, False, True, False, torch.float32, torch.float32, 3)
+    idle = ("cuda:0", 512, 1024, 0, False, False, False, torch.float32, torch.float32, 3)
+    ranked = [(8, 2, 4, 0, 0, 2), (4, 2, 4, 0, 0, 0), (16, 1, 1, 0, 0, 0), (8, 1, 4, 0, 0, 0)]
+    monkeypatch.setattr(int4_cuda, "_RANKED", {key: ranked, idle: ranked})
+    monkeypatch.setattr(int4_cuda, "_BEST", {key: ranked[0], idle: ranked[0]})
+    monkeypatch.setattr(int4_cuda, "_USED", set())
+    cost = {ranked[0]: 1.66, ranked[1]: 1.65, ranked[2]: 1.64, ranked[3]: 1.60}
+    trials = _fake_step(monkeypatch, lambda: cost[int4_cuda._BEST[key]])
+    int4_cuda.retune_in_step(lambda: int4_cuda._USED.add(key), [torch.zeros(1)], top=3)
+    assert int4_cuda._BEST[key] == ranked[2] and int4_cuda._BEST[idle] == ranked[0] and len(trials) == 3
+    assert int4_cuda.last_step_tuning == {"3584x18944 acc": {int4_cuda.config_name(c): cost[c] for c in ranked[:3]}}
