@@ -510,9 +510,7 @@ def judge(rec: dict, strict: floor.Floor, paper: floor.Floor) -> None:
         "fraction_of_floor_measured": strict.ms(meas) / med if meas else None,
         "paper_floor_ms_peak": paper.ms(peak), "paper_fraction_of_floor_peak": paper.ms(peak) / med if peak else None,
     })
-    for w in (stats.spread_warning(rec), stats.drift_warning(rec.get("samples_ms") or [])):
-        if w:
-            rec["warnings"].append(w)
+    rec["warnings"].extend(stats.sample_warnings(rec))
     if meas and med < strict.ms(meas):
         rec["warnings"].append("faster than the floor at measured bandwidth: check --weight-bits / --bpw against "
                                "what the server holds (or the working set fits in a cache)")

@@ -420,9 +420,7 @@ def _judge(rec: dict, strict: floor.Floor, paper: floor.Floor, cache_bytes: int)
         "paper_fraction_of_floor_peak": paper.ms(peak) / med if peak else None,
         "valid": True, "reason": None,
     })
-    for w in (stats.spread_warning(rec), stats.drift_warning(rec.get("samples_ms") or [])):
-        if w:
-            rec["warnings"].append(w)
+    rec["warnings"].extend(stats.sample_warnings(rec))
     if med < strict.ms(meas):
         if strict.bytes <= 2 * cache_bytes:
             rec["warnings"].append(f"faster than the DRAM floor: the working set ({strict.bytes / 1e6:.1f} MB) fits "

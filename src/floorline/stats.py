@@ -44,6 +44,11 @@ def drift_warning(samples_ms: list[float]) -> str | None:
     return None
 
 
+def sample_warnings(rec: dict) -> list[str]:
+    """What a record's timed samples warn of: their spread (spread_warning), their drift (drift_warning)."""
+    return [w for w in (spread_warning(rec), drift_warning(rec.get("samples_ms") or [])) if w]
+
+
 def bootstrap_ci(x: list[float], statistic: str = "mean", n_resamples: int = 10_000, seed: int = 0,
                  confidence: float = 0.95) -> tuple[float, float | None, float | None]:
     """(point estimate, low, high): scipy's percentile bootstrap of the mean or geometric mean of `x`.

@@ -788,8 +788,10 @@ last_step_tuning: dict = {}  # shape -> {config: step ms} of the latest retune_i
 
 
 def _shape_name(key: tuple) -> str:
+    from floorline.native.kernels import shape_name
+
     _, n, k, pro, glu, acc, *_ = key
-    return f"{n}x{k}{' norm' if pro else ''}{' glu' if glu else ''}{' acc' if acc else ''}"
+    return shape_name(n, k, pro, glu, acc)
 
 
 def config_name(cfg: tuple) -> str:

@@ -456,6 +456,11 @@ STEP_TUNE = os.environ.get("FLOORLINE_TRITON_STEP_TUNE", "1") != "0"
 last_step_tuning: dict = {}  # shape -> {tile: step ms} of the latest retune_in_step (kept in the records)
 
 
+def shape_name(n: int, k: int, pro, glu, acc) -> str:
+    """A GEMV shape and its fusions in words, as the step tuners' records name them: "37888x3584 norm glu"."""
+    return f"{n}x{k}{' norm' if pro else ''}{' glu' if glu else ''}{' acc' if acc else ''}"
+
+
 def tile_name(cfg) -> str:
     """A Triton GEMV tile in words: rows x columns a program, warps, then cp.async stages and splits where set."""
     kw = cfg.kwargs
@@ -488,8 +493,7 @@ def retune_in_step(capture, state: list, reps: int = 30) -> None:
                 tuner.cache[key] = cfg
                 times[cfg] = state_replay_ms(capture, state, reps)
             tuner.cache[key] = min(times, key=times.get)
-            name = f"{n}x{k}{' norm' if pro else ''}{' glu' if glu else ''}{' acc' if acc else ''}"
-            last_step_tuning[name] = {tile_name(c): round(t, 4) for c, t in times.items()}
+            last_step_tuning[shape_name(n, k, pro, glu, acc)] = {tile_name(c): round(t, 4) for c, t in times.items()}
 
 
 def _pick_bk(k: int, int4: bool) -> int:
