@@ -38,6 +38,7 @@
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels, with each
 #               kernel's largest warp-stall reasons
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
+#     mlp-sync   down waiting on counts of gate_up's outputs, row tiles a block: GPU tests, then A/B'd on the step
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -163,7 +164,7 @@ for stage in "${stages[@]}"; do
       python3 -m pytest -q -m gpu tests/test_timing.py tests/test_gpu_quant.py -k "timing or int4 and not tinygemm and \
         not gemlite" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -2 ;;
     int4-ncu)  # Nsight Compute on the int4 CUDA GEMV, one launch per shape and config (cold weights: distinct copies);
-               # NCU_CONFIGS overrides the list ("shape warps,ahead,splits,flat,stages[,persist]" items, `;`-separated)
+               # NCU_CONFIGS overrides the list ("shape warps,ahead,splits,flat,stages[,persist[,tiles]]" items, `;`-separated)
       ncu_default="gate_up 8,2,1,0,0,3;gate_up 8,2,1,0,0;down 8,2,4,0,0,2;down 4,2,4,0,0;qkv 8,1,1,0,4"
       IFS=';' read -ra ncu_cfgs <<< "${NCU_CONFIGS:-$ncu_default}"
       for sc in "${ncu_cfgs[@]}"; do
@@ -200,6 +201,14 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
+    mlp-sync)  # issue #13: down waiting on counts of gate_up's outputs (FLOORLINE_INT4_SYNC) and several row tiles a
+               # block: their GPU tests, native-ab (int4, both models, base out/ab_base), then qwen2.5-7b int4 with
+               # the counts off (the row tiles alone), one fresh process a cell
+      timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_native.py -k "counted or matches_its_reference" 2>&1 \
+        | tail -4 | tee "$OUT/pytest_sync.log"
+      AB_CELLS="qwen2.5-7b:int4:2048 llama-3.1-8b:int4:2048" OUT="$OUT" bash "$0" native-ab | grep -E "^qwen|^llama"
+      echo "qwen2.5-7b int4 FLOORLINE_INT4_SYNC=0: $(FLOORLINE_INT4_SYNC=0 FLOORLINE_CACHE=/tmp/flc_new cell \
+        "$OUT/sync0.jsonl" "$OUT/sync0.log" --model qwen2.5-7b --ctx 2048 --quant int4 --mode native) ms" ;;
     attn-step)  # issue #14: the attention chunk swept inside the step (FLOORLINE_ATTN_CHUNK; the bench's sweep times
                 # attention after a copy of itself, the step after the q/k/v GEMV): native bf16 at ctx 16384 (and
                 # 2048), one process a cell; ATTN_MODELS, ATTN_CHUNKS, ATTN_CTX override

@@ -98,7 +98,10 @@ def test_cuda_gemv_source_compiles_where_nvrtc_exists():
     for flags, cfg in [(int4_cuda._flags(), (8, 2, 1, 0, 0)), (int4_cuda._flags(pro=1, glu=1, bias=1, pdl=1, xpt=4),
                                                                (4, 2, 1, 1, 0)),
                        (int4_cuda._flags(acc=1, atomic=1, xbf16=1), (8, 1, 4, 0, 6)),
-                       (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=4), (8, 2, 1, 0, 0, 1))]:
+                       (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=4), (8, 2, 1, 0, 0, 1)),
+                       (int4_cuda._flags(pro=1, glu=1, pdl=3, xpt=4, sync=1), (8, 2, 1, 0, 0, 1)),
+                       (int4_cuda._flags(acc=1, atomic=1, pdl=3, sync=2), (16, 2, 4, 0, 0, 0, 4)),
+                       (int4_cuda._flags(acc=1, atomic=1, pdl=3, sync=2), (8, 1, 2, 0, 4, 0, 2))]:
         assert len(int4_cuda.compile_source(flags, cfg, f"sm_{major}{minor}")) > 1000
 
 
@@ -130,13 +133,13 @@ def test_the_tuned_configs_are_named_for_the_records(monkeypatch):
 
 def test_a_persistent_grid_compiles_once_whatever_its_size():
     """Configs differing only in persistent blocks an SM share one compiled kernel (the grid is sized at launch);
-    the loop over row blocks is compiled in only where it is set; bench's --int4-config takes 5 or 6 fields."""
+    the loop over row blocks is compiled in only where it is set; bench's --int4-config takes 5, 6 or 7 fields."""
     from floorline.native import int4_cuda
 
     assert int4_cuda.compile_key((8, 2, 1, 0, 0, 2)) == int4_cuda.compile_key((8, 2, 1, 0, 0, 3)) == (8, 2, 1, 0, 0, 1)
     assert int4_cuda.compile_key((8, 2, 1, 0, 0, 0)) == (8, 2, 1, 0, 0, 0)
-    assert int4_cuda.parse_config("8,2,1,0,0") == (8, 2, 1, 0, 0, 0)
-    assert int4_cuda.parse_config("4,2,4,0,0,6") == (4, 2, 4, 0, 0, 6)
+    assert int4_cuda.parse_config("8,2,1,0,0") == (8, 2, 1, 0, 0, 0, 1)
+    assert int4_cuda.parse_config("4,2,4,0,0,6") == (4, 2, 4, 0, 0, 6, 1)
     with pytest.raises(ValueError, match="persist"):
         int4_cuda.parse_config("8,2,1")
     with pytest.raises(ValueError, match="register buffers"):  # the cp.async path does one row block a block
@@ -144,3 +147,25 @@ def test_a_persistent_grid_compiles_once_whatever_its_size():
     # persistent configs take the register buffers (the cp.async ring and the flat kernel take one row block a block)
     assert all(c[3] == 0 and c[4] == 0 for c in int4_cuda.CONFIGS if c[5])
     assert any(c[5] for c in int4_cuda.configs_for(37888, 3584, True, False))
+
+
+def test_row_tiles_a_block_fit_the_shape_and_name_the_config():
+    """Several 16-row tiles a block (sharing its staged inputs) only where they divide the tiles and the warps, never
+    with glu (a block already holds a gate and an up tile) or the flat kernel; one tile compiles as before (the same
+    cubin key); counted outputs keep to int4_gemv."""
+    from floorline.native import int4_cuda
+
+    assert int4_cuda.compile_key((16, 2, 4, 0, 0, 0, 4)) == (16, 2, 4, 0, 0, 0, 4)
+    assert int4_cuda.compile_key((16, 2, 4, 0, 0, 0, 1)) == (16, 2, 4, 0, 0, 0)
+    assert int4_cuda.parse_config("16,2,4,0,0,0,4") == (16, 2, 4, 0, 0, 0, 4)
+    assert int4_cuda.config_name((16, 2, 4, 0, 0, 0, 4)) == "w16 ahead2 k4 t4"
+    assert int4_cuda.config_name((8, 2, 1, 0, 0, 3)) == "w8 ahead2 k1 p3"
+    with pytest.raises(ValueError, match="row tiles"):
+        int4_cuda.parse_config("16,2,4,0,0,0,0")
+    down = int4_cuda.configs_for(3584, 18944, False, True)
+    assert (16, 2, 4, 0, 0, 0, 4) in down and (8, 2, 8, 0, 0, 0, 4) in down
+    assert all(c[6] == 1 for c in int4_cuda.configs_for(37888, 3584, True, False))
+    # 3584 / 16 = 224 tiles: 4 a block fit; 1040 / 16 = 65 tiles: only one a block
+    assert all(c[6] == 1 for c in int4_cuda.configs_for(1040, 3584, False, True))
+    assert any(c[3] for c in down) and not any(c[3] for c in int4_cuda.configs_for(3584, 18944, False, True, sync=2))
+    assert all((c[0] // c[6]) <= 18944 // 128 // c[2] for c in down)  # every warp has a group to read

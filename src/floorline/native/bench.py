@@ -71,7 +71,7 @@ def main(argv=None) -> int:
                    help="comma-separated formats of the GEMV rows: bf16, int4 cuda, int4 (Triton); default all")
     p.add_argument("--attn-ctx", default="2048,16384", help="comma-separated contexts of the attention rows")
     p.add_argument("--int4-config", default=None,
-                   help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages[,persist]")
+                   help="fix the int4 CUDA launch config: warps,ahead,splits,flat,stages[,persist[,tiles]]")
     args = p.parse_args(argv)
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)

@@ -51,9 +51,16 @@ __device__ __forceinline__ u32 magic(u32 w, u32 mask) {  // (w & mask) | 0x64006
 }
 // programmatic dependent launch (PDL: 0 off; the next kernel let launch at the start 1, after the main loop 2, or
 // once this one has waited for its predecessor 3): pdl_trigger(m) lets it launch where the mode is m, pdl_wait waits
+// SIGNAL (the producer of counted outputs, below): the next kernel may launch only once every block has staged its
+// inputs (mode 4): that kernel adds into the residual stream these blocks read
+#if SIGNAL && PDL && PDL != 2
+#define PDL_AT 4
+#else
+#define PDL_AT PDL
+#endif
 __device__ __forceinline__ void pdl_trigger(int mode) {
 #if PDL
-  if (mode == PDL) asm volatile("griddepcontrol.launch_dependents;");
+  if (mode == PDL_AT) asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
 __device__ __forceinline__ void pdl_wait() {
@@ -120,12 +127,51 @@ __device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ float4 load_x(const void* X, int i) {  // inputs i*4 .. i*4+3 as fp32
+#if WAITC  // written by a kernel still running (counted, below): read from L2, never a stale L1 line
+#define LDX(p) __ldcg(p)
+#else
+#define LDX(p) (*(p))
+#endif
 #if XBF16
-  uint2 v = ((const uint2*)X)[i];
+  uint2 v = LDX((const uint2*)X + i);
   return make_float4(bf_lo(v.x), bf_hi(v.x), bf_lo(v.y), bf_hi(v.y));
 #else
-  return ((const float4*)X)[i];
+  return LDX((const float4*)X + i);
 #endif
+}
+// Counted outputs instead of a kernel boundary (the MLP: gate_up's silu(gate) * up into down): the producer (SIGNAL)
+// adds 1 to CNT[rb / 8] once row block rb's 16 outputs are written (8 row blocks: one 128-input group of the
+// consumer); the consumer (WAITC) waits for 8 on each of its block's groups instead of for the whole producer
+// (griddepcontrol.wait), so its blocks start on the groups already written while the producer drains. The consumer
+// can only be launched once every producer block runs (PDL: all have triggered), so the producer always finishes.
+// The last consumer block through resets the counters (CNT[NG] counts the blocks through). CNT null: plain PDL.
+__device__ __forceinline__ u32 ld_acquire(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void wait_inputs(u32* CNT, int g0, int ng, int NG) {
+#if WAITC
+  if (CNT) {
+    for (int i = threadIdx.x; i < ng; i += blockDim.x) {
+      u64 t0 = 0, now;
+      while (ld_acquire(CNT + g0 + i) < 8u) {  // a producer that never counts is an error after 2 s, not a hang
+        __nanosleep(32);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (!t0) t0 = now;
+        else if (now - t0 > 2000000000ull) __trap();
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(CNT + NG, 1u) == gridDim.x * gridDim.y - 1) {
+      for (int i = 0; i < NG; i++) CNT[i] = 0u;  // every block has passed its wait: ready for the next step
+      CNT[NG] = 0u;
+    }
+    pdl_trigger(3);
+    return;
+  }
+#endif
+  pdl_wait();
 }
 
 // The norm's weights into registers (XPT float4 a thread), before the wait on the previous kernel: they are constant
@@ -242,9 +288,11 @@ __device__ __forceinline__ void put_y(void* Y, int row, const float* v) {
   ((float*)Y)[row] = out;
 #endif
 }
-// A finished row block: each warp's partial sums (lane (g, 0) holds rows g, g + 8) into rd, then threads 0..15 add
-// up the warps of each row (bv: the rows' bias, read ahead) and write row block rb
-__device__ __forceinline__ void finish(float* rd, float y0, float y1, const float* bv, void* Y, int rb) {
+// A finished row block: each warp's partial sums (lane (g, 0) holds rows g, g + 8 of its tile) into rd, then the
+// warps of each row added up (bv: the row's bias, read ahead) and row block rb written: with GLU threads 0..15 (gate
+// tile t, up tile t: one output row each), else threads 0..16 RT - 1 (row i of tile rb RT + t: thread 16 t + i).
+// SIGNAL: the block's outputs counted (CNT, above) once written.
+__device__ __forceinline__ void finish(float* rd, float y0, float y1, const float* bv, void* Y, int rb, u32* CNT) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
   const int NKS = WARPS / RT;
   if (tq == 0) {
@@ -252,6 +300,7 @@ __device__ __forceinline__ void finish(float* rd, float y0, float y1, const floa
     rd[warp * 16 + g + 8] = y1;
   }
   __syncthreads();
+#if GLU
   if (threadIdx.x < 16) {
     float v[RT];
 #pragma unroll
@@ -260,43 +309,70 @@ __device__ __forceinline__ void finish(float* rd, float y0, float y1, const floa
       for (int s = 0; s < NKS; s++) v[t] += rd[(s * RT + t) * 16 + threadIdx.x];  // (inputs normalised already)
     }
     put_y(Y, rb * 16 + threadIdx.x, v);
+#if SIGNAL
+    if (CNT) __threadfence();  // this thread's output visible to the GPU before the count below
+#endif
   }
+#if SIGNAL
+  if (CNT && threadIdx.x < 32) {
+    __syncwarp();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(CNT + (rb >> 3)) : "memory");
+  }
+#endif
+#else
+  if (threadIdx.x < 16 * RT) {
+    const int t = threadIdx.x >> 4, i = threadIdx.x & 15;
+    float v[1] = {bv[0]};
+    for (int s = 0; s < NKS; s++) v[0] += rd[(s * RT + t) * 16 + i];
+    put_y(Y, (rb * RT + t) * 16 + i, v);
+  }
+#endif
 }
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-// WARPS a block; RT row tiles a block (2 with GLU: gate tile t and up tile t); U groups in flight a warp;
+// WARPS a block; RT row tiles a block (2 with GLU: gate tile t and up tile t; else RT consecutive tiles, the staged
+// inputs shared by all of them); U groups in flight a warp;
 // a block takes row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks: persistent blocks, the
 // inputs staged once for all of them and the next row block's first groups in flight through each epilogue);
 // PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
 // XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch (pdl_trigger);
-// PERSIST: the loop over row blocks compiled in, its registers capped for 24 warps an SM (the loop's state costs ~14
+// SIGNAL / WAITC: counted outputs (above); PERSIST: the loop over row blocks compiled in, its registers capped for 24 warps an SM (the loop's state costs ~14
 // a thread: uncapped, 8-warp blocks would fit 2 an SM instead of 3)
 extern "C" __global__ void __launch_bounds__(WARPS * 32, PERSIST && WARPS <= 24 ? 24 / WARPS : 1)
 int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
           const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
-          void* Y, int N, int K, float eps) {
+          void* Y, int N, int K, float eps, u32* CNT) {
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
   float* red = (float*)smem4;                  // 2 x WARPS * 16 partial sums (row blocks alternate), 32 for the norm
   uint4* xs4 = smem4 + WARPS * 8 + 8;          // the block's inputs, fp16, in B-fragment order
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
   const int NKS = WARPS / RT, r = warp % RT, ks = warp / RT;
-  const int NT = N / 16, NG = K / 128, KB = K / 64, NRB = RT == 2 ? NT / 2 : NT;
+  const int NT = N / 16, NG = K / 128, KB = K / 64, NRB = GLU ? NT / 2 : NT / RT;
+#if GLU
+#define TILE(rb_) (r ? (rb_) + NT / 2 : (rb_))
+#else
+#define TILE(rb_) ((rb_) * RT + r)
+#endif
   const int g0 = (int)((long long)blockIdx.y * NG / gridDim.y), g1 = (int)((long long)(blockIdx.y + 1) * NG / gridDim.y);
   const int ng = g1 - g0;
   float4 nr[XPT];
   load_nw(NW, K, nr);
-  float bv[RT];  // the bias of this thread's row (threads 0..15, split 0), read ahead
+  float bv[RT];  // the bias of this thread's output row (the writers in finish, split 0), read ahead
+#if GLU
 #define BIAS_OF(rb_)                                                                                   \
   _Pragma("unroll") for (int t = 0; t < RT; t++)                                                       \
     bv[t] = BIAS && blockIdx.y == 0 && threadIdx.x < 16 ? B[(t ? (rb_) + NT / 2 : (rb_)) * 16 + threadIdx.x] : 0.f;
+#else
+#define BIAS_OF(rb_) bv[0] = BIAS && blockIdx.y == 0 && threadIdx.x < 16 * RT ? B[(rb_) * RT * 16 + threadIdx.x] : 0.f;
+#endif
   int rb = blockIdx.x;
   BIAS_OF(rb);
   float y0 = 0.f, y1 = 0.f;  // rows g and g + 8 of the warp's tile
 #if STAGES
   // (one row block a block)
-  const int tile = (RT == 2 && r == 1) ? rb + NT / 2 : rb;
+  const int tile = TILE(rb);
   const uint4* wt = W + (size_t)tile * KB * 32 + lane;
   const u32* st = S + (size_t)tile * NG * 8 + g;
   const u32* zt = Z + (size_t)tile * NG * 8 + g;
@@ -318,9 +394,10 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) ISSUE(i);  // in flight before the previous kernel is waited for
-  pdl_wait();
+  wait_inputs(CNT, g0, ng, NG);
   stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
+  pdl_trigger(4);
   const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
   for (int i = 0; i < mine; i++) {
     ISSUE(i + STAGES - 1);
@@ -336,7 +413,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
   pdl_trigger(2);
-  finish(red, y0, y1, bv, Y, rb);
+  finish(red, y0, y1, bv, Y, rb, CNT);
 #else
   // the warp's groups g0 + ks + i NKS, i < mine, through two register buffers of U groups in turn (ping-pong: no
   // copies); group i's codes at wq + i WS, its scale and zero at sq, zq + i SS (one 64-bit base, 32-bit offsets)
@@ -346,7 +423,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   const u32 *ps, *pz;
 #define AT(rb_)  /* the running pointers at the warp's first group of row block rb_ */                \
   {                                                                                                \
-    const int t_ = (RT == 2 && r == 1) ? (rb_) + NT / 2 : (rb_);                                   \
+    const int t_ = TILE(rb_);                                                                      \
     pw = W + (size_t)t_ * KB * 32 + lane + (size_t)(2 * (g0 + ks)) * 32;                           \
     ps = S + (size_t)t_ * NG * 8 + g + (g0 + ks) * 8;                                              \
     pz = Z + (size_t)t_ * NG * 8 + g + (g0 + ks) * 8;                                              \
@@ -364,9 +441,10 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
   AT(rb);
   LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
-  pdl_wait();
+  wait_inputs(CNT, g0, ng, NG);
   stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
+  pdl_trigger(4);
   // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi; the warp's
   // group i at xw + i XS
   const uint4* xw = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2 + 16 * ks;
@@ -399,7 +477,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
     } else {
       pdl_trigger(2);
     }
-    finish(red + parity * WARPS * 16, y0, y1, bv, Y, rb);  // (the other half is the next row block's: one barrier)
+    finish(red + parity * WARPS * 16, y0, y1, bv, Y, rb, CNT);  // (the other half is the next row block's: one barrier)
     if (next >= NRB) break;
     rb = next;
     BIAS_OF(rb);
@@ -415,7 +493,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
                const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
-               void* Y, int N, int K, float eps) {
+               void* Y, int N, int K, float eps, u32* CNT) {  // (CNT unused: no counted outputs here)
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
   float* red = (float*)smem4;
@@ -502,20 +580,26 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 }
 """
 
-# (warps a block, groups in flight a warp, splits, row blocks a warp, cp.async stages, persistent blocks an SM) tried
-# per shape. Row blocks a warp = 0: the kernel int4_gemv (a block's warps share its row block's groups; splits > 1
+# (warps a block, groups in flight a warp, splits, row blocks a warp, cp.async stages, persistent blocks an SM, row
+# tiles a block) tried per shape. Row blocks a warp = 0: the kernel int4_gemv (a block's warps share its row block's groups; splits > 1
 # split K over blocks, only where the output is added in place); > 0: int4_gemv_flat (a warp owns whole row blocks;
 # many rows). Stages > 0: int4_gemv streams its groups through a cp.async ring in shared memory (that many in flight a
 # warp) instead of `groups in flight` register buffers. Persistent p > 0 (register buffers only): p x SMs blocks
 # (over the splits) loop over the row blocks, the inputs staged once a block and the next row block's first groups
-# loaded during the last one's epilogue; 0: one block a row block (and split)
-CONFIGS = [(4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0, 0, 0), (8, 2, 1, 0, 0, 0), (8, 4, 1, 0, 0, 0),
+# loaded during the last one's epilogue; 0: one block a row block (and split). Row tiles a block t > 1 (int4_gemv,
+# not GLU, whose blocks always hold a gate and an up tile): t consecutive tiles share the block's staged inputs, its
+# warps split t ways by tile then by groups -- the inputs read from L2 and converted once for 16 t rows, not 16 (every
+# block of a 16-row tile reads all of its K slice: for q/k/v, o and down as many bytes again as ~45% of the weights)
+CONFIGS = [(*c, 1) for c in [(4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0, 0, 0), (8, 2, 1, 0, 0, 0), (8, 4, 1, 0, 0, 0),
            (16, 1, 1, 0, 0, 0), (16, 2, 1, 0, 0, 0), (4, 2, 2, 0, 0, 0), (8, 2, 2, 0, 0, 0), (8, 1, 4, 0, 0, 0),
            (8, 2, 4, 0, 0, 0), (4, 2, 4, 0, 0, 0), (8, 1, 8, 0, 0, 0), (4, 2, 1, 1, 0, 0), (8, 2, 1, 1, 0, 0),
            (4, 4, 1, 1, 0, 0), (4, 2, 1, 2, 0, 0), (8, 1, 1, 0, 4, 0), (8, 1, 1, 0, 6, 0), (4, 1, 1, 0, 8, 0),
            (16, 1, 1, 0, 3, 0), (8, 1, 2, 0, 4, 0), (4, 1, 4, 0, 6, 0),
            (8, 2, 1, 0, 0, 2), (8, 2, 1, 0, 0, 3), (16, 2, 1, 0, 0, 1), (4, 2, 1, 0, 0, 4), (4, 2, 1, 0, 0, 6),
-           (4, 2, 4, 0, 0, 4), (4, 2, 4, 0, 0, 6), (8, 2, 2, 0, 0, 2), (8, 2, 4, 0, 0, 2)]
+           (4, 2, 4, 0, 0, 4), (4, 2, 4, 0, 0, 6), (8, 2, 2, 0, 0, 2), (8, 2, 4, 0, 0, 2)]] + [
+    (8, 2, 1, 0, 0, 0, 2), (16, 2, 1, 0, 0, 0, 2), (16, 1, 1, 0, 0, 0, 4), (16, 2, 1, 0, 0, 0, 4),
+    (8, 1, 1, 0, 4, 0, 2), (8, 2, 2, 0, 0, 0, 2), (16, 2, 2, 0, 0, 0, 4), (8, 2, 4, 0, 0, 0, 2),
+    (16, 2, 4, 0, 0, 0, 4), (16, 1, 4, 0, 0, 0, 4), (8, 2, 8, 0, 0, 0, 4), (16, 2, 8, 0, 0, 0, 4)]
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -557,19 +641,24 @@ def unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1) -> tuple:
-    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads))."""
-    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt
+def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1, sync=0) -> tuple:
+    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads));
+    sync: counted outputs (SOURCE's CNT), 1 the producer (SIGNAL), 2 the consumer (WAITC), 0 neither."""
+    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt, sync
 
 
 def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90"); config's first five
-    fields and whether the sixth (persistent blocks an SM) is set (the grid itself is sized at launch)."""
-    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
+    fields, whether the sixth (persistent blocks an SM) is set (the grid itself is sized at launch) and the seventh
+    (row tiles a block; 1 where absent)."""
+    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt, *sync = flags
+    sync = sync[0] if sync else 0
     warps, ahead, stages = config[0], config[1], config[4]
-    defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps, RT=2 if glu else 1,
-                   U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic, XBF16=xbf16, YBF16=ybf16, PDL=pdl,
-                   SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
+    tiles = config[6] if len(config) > 6 else 1
+    defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps,
+                   RT=2 if glu else tiles, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic, XBF16=xbf16,
+                   YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt, SIGNAL=int(sync == 1),
+                   WAITC=int(sync == 2))
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
@@ -636,14 +725,16 @@ def _kernel(device_index: int, flags: tuple, config: tuple):
 
 
 def compile_key(config: tuple) -> tuple:
-    """What of a launch config the compiled code depends on: all but the persistent grid's size (set or not)."""
-    return (*config[:5], int(config[5] > 0))
+    """What of a launch config the compiled code depends on: all but the persistent grid's size (set or not); the
+    row tiles a block where more than one."""
+    tiles = config[6] if len(config) > 6 else 1
+    return (*config[:5], int(config[5] > 0)) + ((tiles,) if tiles > 1 else ())
 
 
 def shared_bytes(k: int, config: tuple) -> int:
     """Dynamic shared memory of one block: partial sums (warps x 16 + 32 floats) and the block's inputs as two fp16
     halves (hi, lo)."""
-    warps, _, split, flat, stages, _ = config
+    warps, _, split, flat, stages = config[:5]
     groups = -(-(k // F.GROUP) // split)
     ring = warps * stages * (64 * 16 + 64 * 4)  # a slot: 64 16-byte words and 64 scale/zero words a warp
     # partial sums: two halves of warps x 16 floats (consecutive row blocks alternate), + 32 for the norm
@@ -651,12 +742,14 @@ def shared_bytes(k: int, config: tuple) -> int:
 
 
 def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
-           glu=False, acc=False, pdl=0) -> None:
+           glu=False, acc=False, pdl=0, sync=0, counts=None) -> None:
     """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
-    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
-    warps, _, split, flat, _, persist = config
+    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32. sync 1 (the
+    producer) or 2 (the consumer) with `counts` (int32, K / 128 + 1 of the consumer, zeros; see SOURCE's CNT)
+    replaces the wait for the whole previous kernel by counted outputs; without counts the same code waits as usual."""
+    warps, _, split, flat, _, persist, tiles = check_config(config)
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
-                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1)
+                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1, sync)
     dev = words.device.index
     kern = _kernel(dev, flags, compile_key(config))
     smem = shared_bytes(k, config)
@@ -665,9 +758,10 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
     dummy = ctypes.c_void_p(y.data_ptr())
     ptrs = [ctypes.c_void_p(t.data_ptr()) if t is not None else dummy
             for t in (words, scales, zeros, x, norm_w, bias, y)]
-    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps)]
+    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps),
+                   ctypes.c_void_p(counts.data_ptr() if counts is not None else 0)]
     args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
-    blocks = n // F.TILE // (2 if glu else 1)  # row blocks: tiles, or gate/up tile pairs
+    blocks = n // F.TILE // (2 if glu else tiles)  # row blocks: tiles, gate/up tile pairs, or `tiles` tiles
     cfg = _LaunchConfig()
     if flat:
         gx = -(-blocks // (warps * flat))
@@ -705,14 +799,20 @@ last_config = None  # the tuned config of the latest call (the bench prints it)
 FIXED = None  # a config that replaces tuning (bench --int4-config, for Nsight Compute)
 
 
-def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
-    """CONFIGS that fit the shape: every warp has a group to read, splits only for an in-place plain GEMV, shared
-    memory within the device's opt-in limit (checked at launch)."""
-    groups, blocks = k // F.GROUP, n // F.TILE // (2 if glu else 1)
+def configs_for(n: int, k: int, glu: bool, split_ok: bool, sync: int = 0) -> list[tuple]:
+    """CONFIGS that fit the shape: every warp has a group to read, splits only for an in-place plain GEMV, row tiles
+    a block that divide the tiles and the warps, shared memory within the device's opt-in limit (checked at launch);
+    with counted outputs (sync) int4_gemv's configs only."""
+    groups = k // F.GROUP
     out = []
     for cfg in CONFIGS:
-        warps, ahead, split, flat, stages, persist = cfg
-        slices = warps // (2 if glu else 1)
+        warps, ahead, split, flat, stages, persist, tiles = cfg
+        if tiles > 1 and (glu or flat or (n // F.TILE) % tiles or warps % tiles):
+            continue
+        if sync and flat:  # counted outputs: int4_gemv only
+            continue
+        blocks = n // F.TILE // (2 if glu else tiles)
+        slices = warps // (2 if glu else tiles)
         if split > 1 and not split_ok or not flat and groups // split < slices:
             continue
         if flat and blocks < 4 * warps * flat:  # a flat grid needs row blocks for many warps
@@ -720,14 +820,16 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
         if shared_bytes(k, cfg) > 200 * 1024:
             continue
         out.append(cfg)
-    return out or [(2 if glu else 1, 1, 1, 0, 0, 0)]
+    return out or [(2 if glu else 1, 1, 1, 0, 0, 0, 1)]
 
 
 def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, glu=False, config=None,
-         pdl=0):
+         pdl=0, signal=None, wait=None):
     """y (+)= W p(x) (+ bias) (or glu) for `mma`-layout int4 weights into y (kernels.tri_gemv allocates it and holds
     the contract: fp32, or bf16 for a plain product; acc adds into y, the residual stream). The launch config is
-    tuned once per shape (cold L2, in a CUDA graph) unless given."""
+    tuned once per shape (cold L2, in a CUDA graph) unless given. `signal` (a glu GEMV) counts its outputs into these
+    counters, `wait` (the GEMV that reads them next, in stream order) waits on them instead of on the whole previous
+    kernel (launch's counts; tuning times the same code without them)."""
     n, k = words.shape[0] * F.TILE, words.shape[1] // 2
     if norm_w is not None and norm_w.dtype != torch.float32:
         norm_w = norm_w.float()
@@ -737,21 +839,30 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
         x = x.float()
     kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
               pdl=pdl)
+    if signal is not None and not glu:
+        raise ValueError("counted outputs come from a glu GEMV (16 outputs a row block, 8 row blocks a group)")
+    sync = 1 if signal is not None else 2 if wait is not None else 0
+    kw["sync"] = sync
     config = config or FIXED
     if config is not None:
         config = check_config(config)
     if config is None:
-        key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
+        key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl, sync)
         if key not in _BEST:
-            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu), kw)
+            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu, sync), kw)
             _BEST[key] = _RANKED[key][0]
         config = _BEST[key]
         _USED.add(key)
     elif config[2] > 1 and not (acc and not pro and not glu) or config[2] > 1 and config[3]:
         raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
+    elif config[6] > 1 and (glu or config[3]) or (n // F.TILE) % config[6] or config[0] % config[6]:
+        raise ValueError(f"{config_name(config)}: row tiles a block divide the tiles and the warps, without glu or "
+                         "flat")
+    elif sync and config[3]:
+        raise ValueError("counted outputs need int4_gemv, not the flat kernel")
     global last_config
     last_config = config
-    launch(words, x, y, config=config, **kw)
+    launch(words, x, y, config=config, counts=signal if signal is not None else wait, **kw)
     return y
 
 
@@ -796,25 +907,29 @@ def _shape_name(key: tuple) -> str:
 
 def config_name(cfg: tuple) -> str:
     """A launch config in words: warps, groups ahead (registers) or cp.async stages, then splits (int4_gemv) or row
-    blocks a warp (flat), then persistent blocks an SM (p, where set)."""
-    warps, ahead, split, flat, stages, persist = cfg
+    blocks a warp (flat), then persistent blocks an SM (p, where set), then row tiles a block (t, where more than 1)."""
+    warps, ahead, split, flat, stages, persist, tiles = check_config(cfg)
     return (f"w{warps} " + (f"async{stages}" if stages else f"ahead{ahead}")
-            + (f" flat{flat}" if flat else f" k{split}") + (f" p{persist}" if persist else ""))
+            + (f" flat{flat}" if flat else f" k{split}") + (f" p{persist}" if persist else "")
+            + (f" t{tiles}" if tiles > 1 else ""))
 
 
 def check_config(config: tuple) -> tuple:
-    """A given launch config as six fields (five: not persistent); persistent blocks take the register buffers (the
-    cp.async ring and the flat kernel do one row block a block: rows past the grid would go unwritten)."""
-    if len(config) not in (5, 6):
-        raise ValueError(f"an int4 config is warps,ahead,splits,flat,stages[,persist], not {config!r}")
-    config = (*config, 0) if len(config) == 5 else tuple(config)
+    """A given launch config as seven fields (five: not persistent, six: one row tile a block); persistent blocks
+    take the register buffers (the cp.async ring and the flat kernel do one row block a block: rows past the grid
+    would go unwritten)."""
+    if len(config) not in (5, 6, 7):
+        raise ValueError(f"an int4 config is warps,ahead,splits,flat,stages[,persist[,tiles]], not {config!r}")
+    config = (*config, 0, 1, 1)[:7] if len(config) == 5 else (*config, 1)[:7]
+    if config[6] < 1:
+        raise ValueError(f"{config!r}: row tiles a block is 1 or more")
     if config[5] and (config[3] or config[4]):
         raise ValueError(f"{config!r}: persistent blocks take the register buffers (flat and stages 0)")
     return config
 
 
 def parse_config(text: str) -> tuple:
-    """"warps,ahead,splits,flat,stages[,persist]" (bench --int4-config) -> a checked config tuple."""
+    """"warps,ahead,splits,flat,stages[,persist[,tiles]]" (bench --int4-config) -> a checked config tuple."""
     return check_config(tuple(int(v) for v in text.split(",")))
 
 
