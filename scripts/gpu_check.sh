@@ -33,12 +33,11 @@
 #               cpu, eager, 256)
 #     recheck   the ctx-16384 agreement tests and explain of the native steps (int4 beside HF's graph mode, bf16):
 #               what the last session changed without a GPU left to check it
-#     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources (with step
-#               tuning and without), then the per-kernel table, explain of native int4 and the GPU agreement tests
+#     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
+#               per-kernel table, explain of native int4 and the GPU agreement tests
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels, with each
 #               kernel's largest warp-stall reasons
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
-#     mlp-sync   down waiting on counts of gate_up's outputs, row tiles a block: GPU tests, then A/B'd on the step
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -201,14 +200,6 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
-    mlp-sync)  # issue #13: down waiting on counts of gate_up's outputs (FLOORLINE_INT4_SYNC) and several row tiles a
-               # block: their GPU tests, native-ab (int4, both models, base out/ab_base), then qwen2.5-7b int4 with
-               # the counts off (the row tiles alone), one fresh process a cell
-      timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_native.py -k "counted or matches_its_reference" 2>&1 \
-        | tail -4 | tee "$OUT/pytest_sync.log"
-      AB_CELLS="qwen2.5-7b:int4:2048 llama-3.1-8b:int4:2048" OUT="$OUT" bash "$0" native-ab | grep -E "^qwen|^llama"
-      echo "qwen2.5-7b int4 FLOORLINE_INT4_SYNC=0: $(FLOORLINE_INT4_SYNC=0 FLOORLINE_CACHE=/tmp/flc_new cell \
-        "$OUT/sync0.jsonl" "$OUT/sync0.log" --model qwen2.5-7b --ctx 2048 --quant int4 --mode native) ms" ;;
     attn-step)  # issue #14: the attention chunk swept inside the step (FLOORLINE_ATTN_CHUNK; the bench's sweep times
                 # attention after a copy of itself, the step after the q/k/v GEMV): native bf16 at ctx 16384 (and
                 # 2048), one process a cell; ATTN_MODELS, ATTN_CHUNKS, ATTN_CTX override
@@ -282,32 +273,25 @@ for stage in "${stages[@]}"; do
         grep -E "native|graph|gemv|attn|kernel" "$OUT/explain_native_$q.log" | head -30
       done ;;
     final)  # issues #13, #14, first of two calls: the records of the final sources -- native int4 at ctx 2048, both
-            # models (qwen2.5-7b also with no step tuning at all: FLOORLINE_INT4_STEP_TUNE=0 and
-            # FLOORLINE_TRITON_STEP_TUNE=0), bf16 qwen2.5-7b at ctx 2048, 16384, 30720 (2048 and 16384 also without
-            # the Triton tiles' step tuning) (final2: the rest)
+            # models; bf16 qwen2.5-7b at ctx 2048, 16384, 30720 and llama-3.1-8b at 2048, 16384 (final2: the rest)
       for m in qwen2.5-7b llama-3.1-8b; do
         fl run --model $m --ctx 2048 --quant int4 --mode native --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
       done
-      FLOORLINE_INT4_STEP_TUNE=0 FLOORLINE_TRITON_STEP_TUNE=0 fl run --model qwen2.5-7b --ctx 2048 --quant int4 \
-        --mode native --output "$OUT/native_int4_no_step_tune.jsonl" >> "$OUT/native.log" 2>&1
+      show_records "$OUT/native_int4.jsonl"
       fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
         >> "$OUT/native.log" 2>&1
-      FLOORLINE_TRITON_STEP_TUNE=0 fl run --model qwen2.5-7b --ctx 2048,16384 --mode native \
-        --output "$OUT/native_bf16_no_step_tune.jsonl" >> "$OUT/native.log" 2>&1
-      show_records "$OUT/native_int4.jsonl" "$OUT/native_int4_no_step_tune.jsonl" "$OUT/native_bf16.jsonl" \
-        "$OUT/native_bf16_no_step_tune.jsonl" ;;
-    final2)  # the second call: bf16 llama-3.1-8b at ctx 2048 and 16384, the per-kernel table (bf16 and the int4 CUDA
-             # GEMV, attention), explain of qwen2.5-7b int4 (its GEMV split by place in the layer), then GPU tests in
-             # what is left of a 590 s call: the runtime's replays, native int4 against HF fp32, ctx 16384
       fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" >> "$OUT/native.log" 2>&1
-      show_records "$OUT/native_bf16.jsonl"
+      show_records "$OUT/native_bf16.jsonl" ;;
+    final2)  # the second call: the per-kernel table (bf16 and the int4 CUDA GEMV, attention), explain of qwen2.5-7b
+             # int4 (its GEMV split by place in the layer), then GPU tests in what is left of a 590 s call: native
+             # int4 against HF fp32 (both models), the runtime's replays, the int4 GEMV against its reference
       timeout 130 python3 -m floorline.native.bench --formats "bf16,int4 cuda" --json "$OUT/native_bench.json" \
         > "$OUT/native_bench.log" 2>&1
       grep "|" "$OUT/native_bench.log"
       timeout 90 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant int4 \
         --out "$OUT/explain_native_int4" > "$OUT/explain_native_int4.log" 2>&1
       grep -E "native|int4_gemv|_gemv|attn|/4|after" "$OUT/explain_native_int4.log" | tail -16
-      for k in replays_real_tokens "bf16 and int4" 16384; do
+      for k in "agrees_with_hf_in_bf16 and int4" "replays_real_tokens" "matches_its_reference"; do
         left=$(( 590 - ($(date +%s) - t0) ))
         [ $left -gt 40 ] && timeout $left python3 -m pytest -q -s -m gpu tests/test_gpu_native.py -k "$k" 2>&1 \
           | grep -E "vs HF fp32|vs torch-reference|passed|failed|Error|assert" | tee -a "$OUT/pytest_final2.log"

@@ -99,9 +99,8 @@ def test_cuda_gemv_source_compiles_where_nvrtc_exists():
                                                                (4, 2, 1, 1, 0)),
                        (int4_cuda._flags(acc=1, atomic=1, xbf16=1), (8, 1, 4, 0, 6)),
                        (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=4), (8, 2, 1, 0, 0, 1)),
-                       (int4_cuda._flags(pro=1, glu=1, pdl=3, xpt=4, sync=1), (8, 2, 1, 0, 0, 1)),
-                       (int4_cuda._flags(acc=1, atomic=1, pdl=3, sync=2), (16, 2, 4, 0, 0, 0, 4)),
-                       (int4_cuda._flags(acc=1, atomic=1, pdl=3, sync=2), (8, 1, 2, 0, 4, 0, 2))]:
+                       (int4_cuda._flags(acc=1, atomic=1, pdl=3), (16, 2, 4, 0, 0, 0, 4)),
+                       (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=2), (8, 1, 1, 0, 4, 0, 2))]:
         assert len(int4_cuda.compile_source(flags, cfg, f"sm_{major}{minor}")) > 1000
 
 
@@ -152,7 +151,7 @@ def test_a_persistent_grid_compiles_once_whatever_its_size():
 def test_row_tiles_a_block_fit_the_shape_and_name_the_config():
     """Several 16-row tiles a block (sharing its staged inputs) only where they divide the tiles and the warps, never
     with glu (a block already holds a gate and an up tile) or the flat kernel; one tile compiles as before (the same
-    cubin key); counted outputs keep to int4_gemv."""
+    cubin key)."""
     from floorline.native import int4_cuda
 
     assert int4_cuda.compile_key((16, 2, 4, 0, 0, 0, 4)) == (16, 2, 4, 0, 0, 0, 4)
@@ -167,5 +166,4 @@ def test_row_tiles_a_block_fit_the_shape_and_name_the_config():
     assert all(c[6] == 1 for c in int4_cuda.configs_for(37888, 3584, True, False))
     # 3584 / 16 = 224 tiles: 4 a block fit; 1040 / 16 = 65 tiles: only one a block
     assert all(c[6] == 1 for c in int4_cuda.configs_for(1040, 3584, False, True))
-    assert any(c[3] for c in down) and not any(c[3] for c in int4_cuda.configs_for(3584, 18944, False, True, sync=2))
     assert all((c[0] // c[6]) <= 18944 // 128 // c[2] for c in down)  # every warp has a group to read

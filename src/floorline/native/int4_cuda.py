@@ -51,16 +51,9 @@ __device__ __forceinline__ u32 magic(u32 w, u32 mask) {  // (w & mask) | 0x64006
 }
 // programmatic dependent launch (PDL: 0 off; the next kernel let launch at the start 1, after the main loop 2, or
 // once this one has waited for its predecessor 3): pdl_trigger(m) lets it launch where the mode is m, pdl_wait waits
-// SIGNAL (the producer of counted outputs, below): the next kernel may launch only once every block has staged its
-// inputs (mode 4): that kernel adds into the residual stream these blocks read
-#if SIGNAL && PDL && PDL != 2
-#define PDL_AT 4
-#else
-#define PDL_AT PDL
-#endif
 __device__ __forceinline__ void pdl_trigger(int mode) {
 #if PDL
-  if (mode == PDL_AT) asm volatile("griddepcontrol.launch_dependents;");
+  if (mode == PDL) asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
 __device__ __forceinline__ void pdl_wait() {
@@ -127,53 +120,13 @@ __device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ float4 load_x(const void* X, int i) {  // inputs i*4 .. i*4+3 as fp32
-#if WAITC  // written by a kernel still running (counted, below): read from L2, never a stale L1 line
-#define LDX(p) __ldcg(p)
-#else
-#define LDX(p) (*(p))
-#endif
 #if XBF16
-  uint2 v = LDX((const uint2*)X + i);
+  uint2 v = ((const uint2*)X)[i];
   return make_float4(bf_lo(v.x), bf_hi(v.x), bf_lo(v.y), bf_hi(v.y));
 #else
-  return LDX((const float4*)X + i);
+  return ((const float4*)X)[i];
 #endif
 }
-// Counted outputs instead of a kernel boundary (the MLP: gate_up's silu(gate) * up into down): the producer (SIGNAL)
-// adds 1 to CNT[rb / 8] once row block rb's 16 outputs are written (8 row blocks: one 128-input group of the
-// consumer); the consumer (WAITC) waits for 8 on each of its block's groups instead of for the whole producer
-// (griddepcontrol.wait), so its blocks start on the groups already written while the producer drains. The consumer
-// can only be launched once every producer block runs (PDL: all have triggered), so the producer always finishes.
-// The last consumer block through resets the counters (CNT[NG] counts the blocks through). CNT null: plain PDL.
-__device__ __forceinline__ u32 ld_acquire(const u32* p) {
-  u32 v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void wait_inputs(u32* CNT, int g0, int ng, int NG) {
-#if WAITC
-  if (CNT) {
-    for (int i = threadIdx.x; i < ng; i += blockDim.x) {
-      u64 t0 = 0, now;
-      while (ld_acquire(CNT + g0 + i) < 8u) {  // a producer that never counts is an error after 2 s, not a hang
-        __nanosleep(32);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        if (!t0) t0 = now;
-        else if (now - t0 > 2000000000ull) __trap();
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0 && atomicAdd(CNT + NG, 1u) == gridDim.x * gridDim.y - 1) {
-      for (int i = 0; i < NG; i++) CNT[i] = 0u;  // every block has passed its wait: ready for the next step
-      CNT[NG] = 0u;
-    }
-    pdl_trigger(3);
-    return;
-  }
-#endif
-  pdl_wait();
-}
-
 // The norm's weights into registers (XPT float4 a thread), before the wait on the previous kernel: they are constant
 __device__ __forceinline__ void load_nw(const float* NW, int K, float4* nr) {
 #if PRO
@@ -290,9 +243,8 @@ __device__ __forceinline__ void put_y(void* Y, int row, const float* v) {
 }
 // A finished row block: each warp's partial sums (lane (g, 0) holds rows g, g + 8 of its tile) into rd, then the
 // warps of each row added up (bv: the row's bias, read ahead) and row block rb written: with GLU threads 0..15 (gate
-// tile t, up tile t: one output row each), else threads 0..16 RT - 1 (row i of tile rb RT + t: thread 16 t + i).
-// SIGNAL: the block's outputs counted (CNT, above) once written.
-__device__ __forceinline__ void finish(float* rd, float y0, float y1, const float* bv, void* Y, int rb, u32* CNT) {
+// tile t, up tile t: one output row each), else threads 0..16 RT - 1 (row i of tile rb RT + t: thread 16 t + i)
+__device__ __forceinline__ void finish(float* rd, float y0, float y1, const float* bv, void* Y, int rb) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
   const int NKS = WARPS / RT;
   if (tq == 0) {
@@ -309,16 +261,7 @@ __device__ __forceinline__ void finish(float* rd, float y0, float y1, const floa
       for (int s = 0; s < NKS; s++) v[t] += rd[(s * RT + t) * 16 + threadIdx.x];  // (inputs normalised already)
     }
     put_y(Y, rb * 16 + threadIdx.x, v);
-#if SIGNAL
-    if (CNT) __threadfence();  // this thread's output visible to the GPU before the count below
-#endif
   }
-#if SIGNAL
-  if (CNT && threadIdx.x < 32) {
-    __syncwarp();
-    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(CNT + (rb >> 3)) : "memory");
-  }
-#endif
 #else
   if (threadIdx.x < 16 * RT) {
     const int t = threadIdx.x >> 4, i = threadIdx.x & 15;
@@ -337,12 +280,12 @@ __device__ __forceinline__ void finish(float* rd, float y0, float y1, const floa
 // inputs staged once for all of them and the next row block's first groups in flight through each epilogue);
 // PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
 // XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch (pdl_trigger);
-// SIGNAL / WAITC: counted outputs (above); PERSIST: the loop over row blocks compiled in, its registers capped for 24 warps an SM (the loop's state costs ~14
+// PERSIST: the loop over row blocks compiled in, its registers capped for 24 warps an SM (the loop's state costs ~14
 // a thread: uncapped, 8-warp blocks would fit 2 an SM instead of 3)
 extern "C" __global__ void __launch_bounds__(WARPS * 32, PERSIST && WARPS <= 24 ? 24 / WARPS : 1)
 int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
           const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
-          void* Y, int N, int K, float eps, u32* CNT) {
+          void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
   float* red = (float*)smem4;                  // 2 x WARPS * 16 partial sums (row blocks alternate), 32 for the norm
@@ -394,10 +337,9 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) ISSUE(i);  // in flight before the previous kernel is waited for
-  wait_inputs(CNT, g0, ng, NG);
+  pdl_wait();
   stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
-  pdl_trigger(4);
   const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
   for (int i = 0; i < mine; i++) {
     ISSUE(i + STAGES - 1);
@@ -413,7 +355,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
   pdl_trigger(2);
-  finish(red, y0, y1, bv, Y, rb, CNT);
+  finish(red, y0, y1, bv, Y, rb);
 #else
   // the warp's groups g0 + ks + i NKS, i < mine, through two register buffers of U groups in turn (ping-pong: no
   // copies); group i's codes at wq + i WS, its scale and zero at sq, zq + i SS (one 64-bit base, 32-bit offsets)
@@ -441,10 +383,9 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
   AT(rb);
   LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
-  wait_inputs(CNT, g0, ng, NG);
+  pdl_wait();
   stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
-  pdl_trigger(4);
   // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi; the warp's
   // group i at xw + i XS
   const uint4* xw = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2 + 16 * ks;
@@ -477,7 +418,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
     } else {
       pdl_trigger(2);
     }
-    finish(red + parity * WARPS * 16, y0, y1, bv, Y, rb, CNT);  // (the other half is the next row block's: one barrier)
+    finish(red + parity * WARPS * 16, y0, y1, bv, Y, rb);  // (the other half is the next row block's: one barrier)
     if (next >= NRB) break;
     rb = next;
     BIAS_OF(rb);
@@ -493,7 +434,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
                const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
-               void* Y, int N, int K, float eps, u32* CNT) {  // (CNT unused: no counted outputs here)
+               void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
   float* red = (float*)smem4;
@@ -599,7 +540,9 @@ CONFIGS = [(*c, 1) for c in [(4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0
            (4, 2, 4, 0, 0, 4), (4, 2, 4, 0, 0, 6), (8, 2, 2, 0, 0, 2), (8, 2, 4, 0, 0, 2)]] + [
     (8, 2, 1, 0, 0, 0, 2), (16, 2, 1, 0, 0, 0, 2), (16, 1, 1, 0, 0, 0, 4), (16, 2, 1, 0, 0, 0, 4),
     (8, 1, 1, 0, 4, 0, 2), (8, 2, 2, 0, 0, 0, 2), (16, 2, 2, 0, 0, 0, 4), (8, 2, 4, 0, 0, 0, 2),
-    (16, 2, 4, 0, 0, 0, 4), (16, 1, 4, 0, 0, 0, 4), (8, 2, 8, 0, 0, 0, 4), (16, 2, 8, 0, 0, 0, 4)]
+    (16, 2, 4, 0, 0, 0, 4), (16, 1, 4, 0, 0, 0, 4), (8, 2, 8, 0, 0, 0, 4), (16, 2, 8, 0, 0, 0, 4),
+    (8, 1, 2, 0, 0, 0, 2), (8, 1, 4, 0, 0, 0, 4), (8, 2, 4, 0, 0, 0, 4), (8, 1, 8, 0, 0, 0, 4), (16, 1, 8, 0, 0, 0, 4),
+    (16, 1, 8, 0, 0, 0, 8), (16, 2, 8, 0, 0, 0, 8)]
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -641,24 +584,21 @@ def unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1, sync=0) -> tuple:
-    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads));
-    sync: counted outputs (SOURCE's CNT), 1 the producer (SIGNAL), 2 the consumer (WAITC), 0 neither."""
-    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt, sync
+def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1) -> tuple:
+    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads))."""
+    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt
 
 
 def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90"); config's first five
     fields, whether the sixth (persistent blocks an SM) is set (the grid itself is sized at launch) and the seventh
     (row tiles a block; 1 where absent)."""
-    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt, *sync = flags
-    sync = sync[0] if sync else 0
+    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
     warps, ahead, stages = config[0], config[1], config[4]
     tiles = config[6] if len(config) > 6 else 1
     defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps,
                    RT=2 if glu else tiles, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic, XBF16=xbf16,
-                   YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt, SIGNAL=int(sync == 1),
-                   WAITC=int(sync == 2))
+                   YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
@@ -742,14 +682,12 @@ def shared_bytes(k: int, config: tuple) -> int:
 
 
 def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
-           glu=False, acc=False, pdl=0, sync=0, counts=None) -> None:
+           glu=False, acc=False, pdl=0) -> None:
     """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
-    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32. sync 1 (the
-    producer) or 2 (the consumer) with `counts` (int32, K / 128 + 1 of the consumer, zeros; see SOURCE's CNT)
-    replaces the wait for the whole previous kernel by counted outputs; without counts the same code waits as usual."""
+    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
     warps, _, split, flat, _, persist, tiles = check_config(config)
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
-                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1, sync)
+                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1)
     dev = words.device.index
     kern = _kernel(dev, flags, compile_key(config))
     smem = shared_bytes(k, config)
@@ -758,8 +696,7 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
     dummy = ctypes.c_void_p(y.data_ptr())
     ptrs = [ctypes.c_void_p(t.data_ptr()) if t is not None else dummy
             for t in (words, scales, zeros, x, norm_w, bias, y)]
-    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps),
-                   ctypes.c_void_p(counts.data_ptr() if counts is not None else 0)]
+    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps)]
     args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     blocks = n // F.TILE // (2 if glu else tiles)  # row blocks: tiles, gate/up tile pairs, or `tiles` tiles
     cfg = _LaunchConfig()
@@ -799,17 +736,14 @@ last_config = None  # the tuned config of the latest call (the bench prints it)
 FIXED = None  # a config that replaces tuning (bench --int4-config, for Nsight Compute)
 
 
-def configs_for(n: int, k: int, glu: bool, split_ok: bool, sync: int = 0) -> list[tuple]:
+def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
     """CONFIGS that fit the shape: every warp has a group to read, splits only for an in-place plain GEMV, row tiles
-    a block that divide the tiles and the warps, shared memory within the device's opt-in limit (checked at launch);
-    with counted outputs (sync) int4_gemv's configs only."""
+    a block that divide the tiles and the warps, shared memory within the device's opt-in limit (checked at launch)."""
     groups = k // F.GROUP
     out = []
     for cfg in CONFIGS:
         warps, ahead, split, flat, stages, persist, tiles = cfg
         if tiles > 1 and (glu or flat or (n // F.TILE) % tiles or warps % tiles):
-            continue
-        if sync and flat:  # counted outputs: int4_gemv only
             continue
         blocks = n // F.TILE // (2 if glu else tiles)
         slices = warps // (2 if glu else tiles)
@@ -824,12 +758,10 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool, sync: int = 0) -> lis
 
 
 def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, glu=False, config=None,
-         pdl=0, signal=None, wait=None):
+         pdl=0):
     """y (+)= W p(x) (+ bias) (or glu) for `mma`-layout int4 weights into y (kernels.tri_gemv allocates it and holds
     the contract: fp32, or bf16 for a plain product; acc adds into y, the residual stream). The launch config is
-    tuned once per shape (cold L2, in a CUDA graph) unless given. `signal` (a glu GEMV) counts its outputs into these
-    counters, `wait` (the GEMV that reads them next, in stream order) waits on them instead of on the whole previous
-    kernel (launch's counts; tuning times the same code without them)."""
+    tuned once per shape (cold L2, in a CUDA graph) unless given."""
     n, k = words.shape[0] * F.TILE, words.shape[1] // 2
     if norm_w is not None and norm_w.dtype != torch.float32:
         norm_w = norm_w.float()
@@ -839,17 +771,13 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
         x = x.float()
     kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
               pdl=pdl)
-    if signal is not None and not glu:
-        raise ValueError("counted outputs come from a glu GEMV (16 outputs a row block, 8 row blocks a group)")
-    sync = 1 if signal is not None else 2 if wait is not None else 0
-    kw["sync"] = sync
     config = config or FIXED
     if config is not None:
         config = check_config(config)
     if config is None:
-        key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl, sync)
+        key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
-            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu, sync), kw)
+            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu), kw)
             _BEST[key] = _RANKED[key][0]
         config = _BEST[key]
         _USED.add(key)
@@ -858,11 +786,9 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     elif config[6] > 1 and (glu or config[3]) or (n // F.TILE) % config[6] or config[0] % config[6]:
         raise ValueError(f"{config_name(config)}: row tiles a block divide the tiles and the warps, without glu or "
                          "flat")
-    elif sync and config[3]:
-        raise ValueError("counted outputs need int4_gemv, not the flat kernel")
     global last_config
     last_config = config
-    launch(words, x, y, config=config, counts=signal if signal is not None else wait, **kw)
+    launch(words, x, y, config=config, **kw)
     return y
 
 

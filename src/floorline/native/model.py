@@ -15,7 +15,6 @@ Prefill runs plain torch (batched matmuls and SDPA, in chunks) into the same cac
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -69,21 +68,13 @@ class NativeModel:
         self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
-        # int4 CUDA GEMVs: down waits on counts of gate_up's outputs, not on the whole kernel (int4_cuda's CNT): one
-        # row of counters a layer, one per 128 inputs of down and one of blocks through; FLOORLINE_INT4_SYNC=0 off
-        lay = self.layers[0]["gate_up"]
-        counted = (self.ops == "triton" and dev.type == "cuda" and lay.get("layout") == "mma"
-                   and os.environ.get("FLOORLINE_INT4_SYNC", "1") != "0")
-        self.mlp_counts = (torch.zeros(len(self.layers), inter // 128 + 1, device=dev, dtype=torch.int32)
-                           if counted else None)
 
     # ------------------------------------------------------------------------------------------------ ops
-    def _gemv(self, m: dict, x, out, sync=None, **kw):
-        """out (+)= m(x); sync: {"signal" or "wait": counters} for the int4 CUDA GEMV (tri_gemv's), else nothing."""
+    def _gemv(self, m: dict, x, out, **kw):
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
         if self.ops == "triton":
-            return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, **kw, **(sync or {}))
+            return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, **kw)
         out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
@@ -104,10 +95,8 @@ class NativeModel:
             self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"])
             a = self._attention(i)
             self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
-            cnt = self.mlp_counts[i] if self.mlp_counts is not None else None
-            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True,
-                       sync=cnt is not None and {"signal": cnt})
-            self._gemv(lay["down"], self.act, x, residual=x, sync=cnt is not None and {"wait": cnt})
+            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
+            self._gemv(lay["down"], self.act, x, residual=x)
         self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
         self.tok.copy_(self.logits.argmax().view(1))
         self.pos.add_(1)
