@@ -34,7 +34,8 @@
 #     recheck   the ctx-16384 agreement tests and explain of the native steps (int4 beside HF's graph mode, bf16):
 #               what the last session changed without a GPU left to check it
 #     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
-#               per-kernel table, explain of native int4 and the GPU agreement tests
+#               per-kernel table, explain of native int4 and the GPU agreement tests (final-int4: int4 and bf16 at
+#               ctx 2048 only)
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels, with each
 #               kernel's largest warp-stall reasons
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
@@ -282,6 +283,13 @@ for stage in "${stages[@]}"; do
         >> "$OUT/native.log" 2>&1
       fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" >> "$OUT/native.log" 2>&1
       show_records "$OUT/native_bf16.jsonl" ;;
+    final-int4)  # the int4 records again (both models, ctx 2048) and bf16 qwen2.5-7b at ctx 2048, for sources that
+                 # changed only the int4 GEMV's configs after `final`
+      for m in qwen2.5-7b llama-3.1-8b; do
+        fl run --model $m --ctx 2048 --quant int4 --mode native --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
+      done
+      fl run --model qwen2.5-7b --ctx 2048 --mode native --output "$OUT/native_bf16.jsonl" >> "$OUT/native.log" 2>&1
+      show_records "$OUT/native_int4.jsonl" "$OUT/native_bf16.jsonl" ;;
     final2)  # the second call: the per-kernel table (bf16 and the int4 CUDA GEMV, attention), explain of qwen2.5-7b
              # int4 (its GEMV split by place in the layer), then GPU tests in what is left of a 590 s call: native
              # int4 against HF fp32 (both models), the runtime's replays, the int4 GEMV against its reference
