@@ -207,6 +207,51 @@ def test_int4_cuda_gemv_matches_its_reference(n, k, pro, glu, bias, res, split, 
         assert err < (8e-3 if ydt == torch.bfloat16 else 2e-3), (cfg, err)
 
 
+@pytest.mark.parametrize("heads, kv_heads, length, pos", [(28, 4, 2048, 1000), (28, 4, 2048, 0), (32, 8, 16384, 16383),
+                                                       (28, 4, 30720, 20000)])
+def test_int4_cuda_o_merges_the_attention_partials(heads, kv_heads, length, pos):
+    """The o projection merging the attention's flash-decoding partials itself, against the softmax-weighted partials
+    of each query head's live chunks then the torch reference GEMV; what no chunk wrote this step (chunks past the
+    position, the padded heads of a group) is NaN and must never be read; tuned and fixed configs, eager and in a
+    graph."""
+    from floorline.native import int4_cuda
+    from floorline.native import kernels as K
+    from floorline.timing import capture_graph
+
+    k, n = heads * 128, 1024
+    words, s, z = _int4_case(n, k, seed=heads + pos)
+    sc = K.AttnScratch(heads, kv_heads, 128, length, "cuda")
+    g = torch.Generator("cuda").manual_seed(5)
+    live = pos // sc.chunk + 1
+    sc.m.copy_(torch.randn(sc.m.shape, generator=g, device="cuda") * 3)
+    sc.l.copy_(torch.rand(sc.l.shape, generator=g, device="cuda") * 10 + 0.5)
+    sc.o.copy_(torch.randn(sc.o.shape, generator=g, device="cuda") * 4)
+    for t in (sc.m, sc.l, sc.o):
+        t[:, live:] = float("nan")
+        t[:, :, sc.g:] = float("nan")
+    m, l, o = sc.m[:, :live, :sc.g], sc.l[:, :live, :sc.g], sc.o[:, :live, :sc.g]
+    w = torch.exp(m - m.amax(1, keepdim=True))
+    a = ((w[..., None] * o).sum(1) / (w * l).sum(1)[..., None]).reshape(heads * 128)  # head kvh * g + j
+    res0 = torch.randn(n, device="cuda", generator=g)
+    want = K.ref_gemv(words, a, scales=s, zeros=z, layout="mma", residual=res0)
+    merge = int4_cuda.merge_source(sc, torch.tensor([pos], dtype=torch.int32, device="cuda"))
+    configs = int4_cuda.configs_for(n, k, False, True, merge=True)
+    assert configs
+    picks = [None] + configs[:1] + [c for c in configs if c[4]][:1] + [c for c in configs if c[5]][:1] + configs[-1:]
+    for cfg in picks:
+        out = res0.clone()
+        K.tri_gemv(words, sc.out, scales=s, zeros=z, layout="mma", residual=out, out=out, config=cfg, merge=merge)
+        torch.cuda.synchronize()
+        assert ((out - want).norm() / want.norm()).item() < 2e-3, cfg
+    out = res0.clone()
+    graph = capture_graph(lambda: (out.copy_(res0), K.tri_gemv(words, sc.out, scales=s, zeros=z, layout="mma",
+                                                               residual=out, out=out, merge=merge)), 2)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert ((out - want).norm() / want.norm()).item() < 2e-3
+
+
 def test_int4_cuda_gemv_is_replayable_in_a_graph_with_pdl():
     """Captured with programmatic dependent launch beside Triton kernels: a replay gives what eager calls give."""
     from floorline.native import kernels as K
