@@ -39,7 +39,6 @@
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels, with each
 #               kernel's largest warp-stall reasons
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
-#     merge-ab   the int4 o projection merging the attention's partials: GPU tests, A/B on the step, explain
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -202,16 +201,6 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
-    merge-ab)  # issue #13: the int4 o projection merging the attention's partials itself (FLOORLINE_INT4_MERGE): its
-               # GPU tests and the int4 agreement and replays, then native-ab (int4, both models, base out/ab_base),
-               # then explain of native int4 (qwen2.5-7b ctx 2048)
-      timeout 200 python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
-        -k "merges_the_attention or replays_real_tokens or (agrees_with_hf_in_bf16 and int4)" 2>&1 \
-        | grep -E "vs HF fp32|passed|failed|Error|assert" | tee "$OUT/pytest_merge.log"
-      AB_CELLS="qwen2.5-7b:int4:2048 llama-3.1-8b:int4:2048" OUT="$OUT" bash "$0" native-ab | grep -E "^qwen|^llama"
-      timeout 90 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant int4 \
-        --out "$OUT/explain_native_int4" > "$OUT/explain_native_int4.log" 2>&1
-      grep -E "native|int4_gemv|_gemv|attn|/4|after" "$OUT/explain_native_int4.log" | tail -16 ;;
     attn-step)  # issue #14: the attention chunk swept inside the step (FLOORLINE_ATTN_CHUNK; the bench's sweep times
                 # attention after a copy of itself, the step after the q/k/v GEMV): native bf16 at ctx 16384 (and
                 # 2048), one process a cell; ATTN_MODELS, ATTN_CHUNKS, ATTN_CTX override

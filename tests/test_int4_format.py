@@ -100,8 +100,7 @@ def test_cuda_gemv_source_compiles_where_nvrtc_exists():
                        (int4_cuda._flags(acc=1, atomic=1, xbf16=1), (8, 1, 4, 0, 6)),
                        (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=4), (8, 2, 1, 0, 0, 1)),
                        (int4_cuda._flags(acc=1, atomic=1, pdl=3), (16, 2, 4, 0, 0, 0, 4)),
-                       (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=2), (8, 1, 1, 0, 4, 0, 2)),
-                       (int4_cuda._flags(acc=1, atomic=1, pdl=3, merge=1), (16, 1, 16, 0, 0, 0, 16))]:
+                       (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=2), (8, 1, 1, 0, 4, 0, 2))]:
         assert len(int4_cuda.compile_source(flags, cfg, f"sm_{major}{minor}")) > 1000
 
 
@@ -168,25 +167,3 @@ def test_row_tiles_a_block_fit_the_shape_and_name_the_config():
     # 3584 / 16 = 224 tiles: 4 a block fit; 1040 / 16 = 65 tiles: only one a block
     assert all(c[6] == 1 for c in int4_cuda.configs_for(1040, 3584, False, True))
     assert all((c[0] // c[6]) <= 18944 // 128 // c[2] for c in down)  # every warp has a group to read
-
-
-def test_an_attention_merge_goes_where_each_block_can_hold_its_heads():
-    """The o projection that merges the attention's partials itself: int4_gemv only, at most one head (128 inputs)
-    a 128 threads of a block (merge_in's layout); its shared memory grows by the merge's scratch; its compiled
-    kernel and its tuned shape are named apart from the plain o's."""
-    from floorline.native import int4_cuda
-
-    merging = int4_cuda.configs_for(3584, 3584, False, True, merge=True)
-    assert merging and all(int4_cuda.merge_fits(3584, c) for c in merging)
-    assert (16, 1, 16, 0, 0, 0, 16) in merging and (8, 1, 16, 0, 0, 0, 8) in merging
-    assert (4, 2, 4, 0, 0, 0, 1) not in merging  # 7 heads a block of 128 threads
-    assert not any(c[3] for c in merging)
-    assert int4_cuda.merge_fits(4096, (16, 1, 8, 0, 0, 0, 8)) and not int4_cuda.merge_fits(4096, (8, 1, 8, 0, 0, 0, 4))
-    cfg = (16, 1, 16, 0, 0, 0, 16)
-    assert int4_cuda.shared_bytes(3584, cfg, True) == int4_cuda.shared_bytes(3584, cfg) + 4 * (3 * 512 + 2 * 128)
-    assert int4_cuda._flags(acc=1) == int4_cuda._flags(acc=1, merge=0) != int4_cuda._flags(acc=1, merge=1)
-    assert int4_cuda._shape_name(("cuda:0", 3584, 3584, 0, False, True, False, None, None, 3, "merge")) \
-        == "3584x3584 acc merge"
-    with pytest.raises(ValueError, match="o projection"):
-        int4_cuda.gemv(torch.zeros(1, 2, dtype=torch.int32), torch.zeros(128), torch.zeros(16), scales=None,
-                       zeros=None, pro=1, merge=object())

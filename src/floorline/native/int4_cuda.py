@@ -138,62 +138,12 @@ __device__ __forceinline__ void load_nw(const float* NW, int K, float4* nr) {
 #endif
 }
 
-struct MergeIn {  // the attention's flash-decoding partials (kernels.AttnScratch) for MERGE; unused otherwise
-  const float* m;
-  const float* l;
-  const float* o;
-  const int* pos;
-  int nchunk, chunk, g, gp;
-};
-#if MERGE
-// Query heads [g0, g0 + ng) of the attention (head_dim 128: a head is a group) merged from their chunks' partial
-// softmax sums straight into the block's inputs, as kernels._attn_merge does in a launch of its own: out[d] =
-// sum_c e^(m_c - M) acc_c[d] / sum_c e^(m_c - M) l_c over the live chunks (those holding positions 0..pos). The
-// block's 128-thread groups share the heads (Q / ng groups a head, each an online softmax over a share of the chunks,
-// their loads all in flight together), then combine through shared memory sc (3 x threads + 128 ng floats; the
-// merged inputs at sc + 3 x threads).
-__device__ __forceinline__ void merge_in(const MergeIn& a, int g0, int ng, float* sc) {
-  const int T = WARPS * 32, Q = T / 128, q = threadIdx.x >> 7, d = threadIdx.x & 127;
-  const int pp = Q / ng, j = q / pp, part = q % pp;
-  const int nlive = min(*a.pos / a.chunk + 1, a.nchunk);
-  float M = -1e30f, den = 0.f, num = 0.f;
-  if (j < ng) {
-    const int h = g0 + j, base = (h / a.g) * a.nchunk * a.gp + h % a.g;
-#pragma unroll 8
-    for (int c = part; c < nlive; c += pp) {
-      const int o = base + c * a.gp;
-      const float mc = __ldcg(a.m + o), lc = __ldcg(a.l + o), ac = __ldcg(a.o + (size_t)o * 128 + d);
-      const float mn = fmaxf(M, mc), r = __expf(M - mn), w = __expf(mc - mn);
-      den = den * r + w * lc;
-      num = num * r + w * ac;
-      M = mn;
-    }
-  }
-  sc[threadIdx.x] = M;
-  sc[T + threadIdx.x] = den;
-  sc[2 * T + threadIdx.x] = num;
-  __syncthreads();
-  if (threadIdx.x < ng * 128) {
-    const int t0 = (threadIdx.x >> 7) * pp * 128 + d;
-    float mx = -1e30f, dn = 0.f, nm = 0.f;
-    for (int p = 0; p < pp; p++) mx = fmaxf(mx, sc[t0 + p * 128]);
-    for (int p = 0; p < pp; p++) {
-      const float w = __expf(sc[t0 + p * 128] - mx);
-      dn += w * sc[T + t0 + p * 128];
-      nm += w * sc[2 * T + t0 + p * 128];
-    }
-    sc[3 * T + threadIdx.x] = nm / dn;
-  }
-  __syncthreads();
-}
-#endif
-
 // The block's inputs, groups [g0, g0 + ng), into shared memory as fp16 hi + lo (put_x); with PRO (the block covers
 // all of K) RMSNorm first: the raw inputs are read once into registers (XPT float4 a thread, beside the norm's
 // weights nr from load_nw), their sum of squares reduced over the block (red: WARPS floats), then normalised from the
-// registers; with MERGE the inputs are the attention's output, merged here from its partials (merge_in; msc).
+// registers.
 __device__ __forceinline__ void stage_x(const void* X, const float4* nr, int K, float eps, int g0, int ng, uint4* xs4,
-                                        float* red, int lane, int warp, const MergeIn& mi, float* msc) {
+                                        float* red, int lane, int warp) {
   u32* xs = (u32*)xs4;
   u32* xl = xs + ng * 64;
   float* xsum = (float*)(xl + ng * 64);  // per group: the sum of its inputs (hi + lo), for SUMZ
@@ -223,10 +173,6 @@ __device__ __forceinline__ void stage_x(const void* X, const float4* nr, int K, 
       put_x(v, i, xs, xl, xsum, lane);
     }
   }
-#elif MERGE
-  merge_in(mi, g0, ng, msc);
-  const float4* merged = (const float4*)(msc + 3 * WARPS * 32);
-  for (int i = threadIdx.x; i < ng * 32; i += WARPS * 32) put_x(merged[i], i, xs, xl, xsum, lane);
 #else
   for (int i = threadIdx.x; i < ng * 32; i += WARPS * 32) put_x(load_x(X, g0 * 32 + i), i, xs, xl, xsum, lane);
 #endif
@@ -334,12 +280,12 @@ __device__ __forceinline__ void finish(float* rd, float y0, float y1, const floa
 // inputs staged once for all of them and the next row block's first groups in flight through each epilogue);
 // PRO RMSNorm prologue; GLU silu(gate) * up; BIAS; ACC y += W x in place; ATOMIC split-K (gridDim.y > 1);
 // XBF16 bf16 input (else fp32); YBF16 bf16 output (else fp32); PDL programmatic dependent launch (pdl_trigger);
-// MERGE: the input is the attention's, merged from its partials (mi); PERSIST: the loop over row blocks compiled in, its registers capped for 24 warps an SM (the loop's state costs ~14
+// PERSIST: the loop over row blocks compiled in, its registers capped for 24 warps an SM (the loop's state costs ~14
 // a thread: uncapped, 8-warp blocks would fit 2 an SM instead of 3)
 extern "C" __global__ void __launch_bounds__(WARPS * 32, PERSIST && WARPS <= 24 ? 24 / WARPS : 1)
 int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
           const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
-          void* Y, int N, int K, float eps, MergeIn mi) {
+          void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
   float* red = (float*)smem4;                  // 2 x WARPS * 16 partial sums (row blocks alternate), 32 for the norm
@@ -354,7 +300,6 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #endif
   const int g0 = (int)((long long)blockIdx.y * NG / gridDim.y), g1 = (int)((long long)(blockIdx.y + 1) * NG / gridDim.y);
   const int ng = g1 - g0;
-  float* msc = (float*)(xs4 + ng * 32 + (ng + 3) / 4 + WARPS * STAGES * 80);  // MERGE's scratch, after the ring
   float4 nr[XPT];
   load_nw(NW, K, nr);
   float bv[RT];  // the bias of this thread's output row (the writers in finish, split 0), read ahead
@@ -393,7 +338,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) ISSUE(i);  // in flight before the previous kernel is waited for
   pdl_wait();
-  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp, mi, msc);  // no split with the norm
+  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
   const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
   for (int i = 0; i < mine; i++) {
@@ -439,7 +384,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   AT(rb);
   LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
   pdl_wait();
-  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp, mi, msc);  // no split with the norm
+  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
   __syncthreads();
   // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi; the warp's
   // group i at xw + i XS
@@ -489,7 +434,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __restrict__ Z,
                const void* __restrict__ X, const float* __restrict__ NW, const float* __restrict__ B,
-               void* Y, int N, int K, float eps, MergeIn mi) {  // (no MERGE here)
+               void* Y, int N, int K, float eps) {
   extern __shared__ uint4 smem4[];
   pdl_trigger(1);
   float* red = (float*)smem4;
@@ -519,7 +464,7 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
   float4 nr[XPT];
   load_nw(NW, K, nr);
   pdl_wait();
-  stage_x(X, nr, K, eps, 0, NG, xs4, red, lane, warp, mi, nullptr);
+  stage_x(X, nr, K, eps, 0, NG, xs4, red, lane, warp);
   __syncthreads();
   const uint4* xbase = xs4 + (g == 1 ? NG * 16 : 0) + tq * 2;
   float y[RT][2];
@@ -598,25 +543,12 @@ CONFIGS = [(*c, 1) for c in [(4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0
     (16, 2, 4, 0, 0, 0, 4), (16, 1, 4, 0, 0, 0, 4), (8, 2, 8, 0, 0, 0, 4), (16, 2, 8, 0, 0, 0, 4),
     (8, 1, 2, 0, 0, 0, 2), (8, 1, 4, 0, 0, 0, 4), (8, 2, 4, 0, 0, 0, 4), (8, 1, 8, 0, 0, 0, 4), (16, 1, 8, 0, 0, 0, 4),
     (16, 1, 8, 0, 0, 0, 8), (16, 2, 8, 0, 0, 0, 8), (16, 1, 16, 0, 0, 0, 8), (16, 1, 16, 0, 0, 0, 16),
-    (16, 2, 16, 0, 0, 0, 16), (8, 1, 16, 0, 0, 0, 8), (8, 2, 16, 0, 0, 0, 8), (16, 1, 8, 0, 0, 0, 16),
-    (16, 2, 8, 0, 0, 0, 16)]
+    (16, 2, 16, 0, 0, 0, 16)]
 
 
 class _LaunchAttr(ctypes.Structure):
     # CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte union (ints: a c_char array field would read as a copy)
     _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_int * 16)]
-
-
-class _MergeIn(ctypes.Structure):  # SOURCE's MergeIn, passed by value
-    _fields_ = [("m", ctypes.c_void_p), ("l", ctypes.c_void_p), ("o", ctypes.c_void_p), ("pos", ctypes.c_void_p),
-                ("nchunk", ctypes.c_int), ("chunk", ctypes.c_int), ("g", ctypes.c_int), ("gp", ctypes.c_int)]
-
-
-def merge_source(scratch, pos) -> _MergeIn:
-    """The MERGE input of an o projection: the attention's partials in `scratch` (kernels.AttnScratch, head_dim 128)
-    and the position tensor (int32, on the device) that says which chunks are live."""
-    return _MergeIn(scratch.m.data_ptr(), scratch.l.data_ptr(), scratch.o.data_ptr(), pos.data_ptr(), scratch.nchunk,
-                    scratch.chunk, scratch.g, scratch.gp)
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -653,23 +585,21 @@ def unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1, merge=0) -> tuple:
-    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads));
-    merge: the input merged from the attention's partials (SOURCE's MERGE; a flag only where set, so the other
-    kernels' cache keys stay)."""
-    return (pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt) + ((merge,) if merge else ())
+def _flags(pro=0, glu=0, bias=0, acc=0, atomic=0, xbf16=0, ybf16=0, pdl=0, xpt=1) -> tuple:
+    """The kernel's compile-time switches; xpt: float4 inputs a thread holds for the norm (ceil(K / 4 / threads))."""
+    return pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt
 
 
 def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     """NVRTC: SOURCE with its compile-time switches -> a cubin for `arch` (e.g. "sm_90"); config's first five
     fields, whether the sixth (persistent blocks an SM) is set (the grid itself is sized at launch) and the seventh
     (row tiles a block; 1 where absent)."""
-    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt, *merge = flags
+    pro, glu, bias, acc, atomic, xbf16, ybf16, pdl, xpt = flags
     warps, ahead, stages = config[0], config[1], config[4]
     tiles = config[6] if len(config) > 6 else 1
     defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps,
                    RT=2 if glu else tiles, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic, XBF16=xbf16,
-                   YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt, MERGE=int(bool(merge and merge[0])))
+                   YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
@@ -742,34 +672,32 @@ def compile_key(config: tuple) -> tuple:
     return (*config[:5], int(config[5] > 0)) + ((tiles,) if tiles > 1 else ())
 
 
-def shared_bytes(k: int, config: tuple, merge: bool = False) -> int:
-    """Dynamic shared memory of one block: partial sums (warps x 16 + 32 floats), the block's inputs as two fp16
-    halves (hi, lo), the cp.async ring, and with merge the attention merge's scratch (3 x threads + 128 a head)."""
+def shared_bytes(k: int, config: tuple) -> int:
+    """Dynamic shared memory of one block: partial sums (warps x 16 + 32 floats) and the block's inputs as two fp16
+    halves (hi, lo)."""
     warps, _, split, flat, stages = config[:5]
     groups = -(-(k // F.GROUP) // split)
     ring = warps * stages * (64 * 16 + 64 * 4)  # a slot: 64 16-byte words and 64 scale/zero words a warp
     # partial sums: two halves of warps x 16 floats (consecutive row blocks alternate), + 32 for the norm
-    scratch = 4 * (3 * warps * 32 + F.GROUP * groups) if merge else 0
-    return (8 if flat else warps * 8 + 8) * 16 + 2 * groups * F.GROUP * 2 + 16 * -(-groups // 4) + ring + scratch
+    return (8 if flat else warps * 8 + 8) * 16 + 2 * groups * F.GROUP * 2 + 16 * -(-groups // 4) + ring
 
 
 def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, norm_w=None, eps=1e-6, bias=None,
-           glu=False, acc=False, pdl=0, merge=None) -> None:
+           glu=False, acc=False, pdl=0) -> None:
     """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
-    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32; merge: x is
-    instead the attention output merged from these partials (merge_source's)."""
+    (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
     warps, _, split, flat, _, persist, tiles = check_config(config)
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
-                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1, int(merge is not None))
+                   int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1)
     dev = words.device.index
     kern = _kernel(dev, flags, compile_key(config))
-    smem = shared_bytes(k, config, merge is not None)
+    smem = shared_bytes(k, config)
     if smem > 48 * 1024 and kern._max_shared_mem_bytes < smem:
         kern.set_shared_memory_config(smem)
     dummy = ctypes.c_void_p(y.data_ptr())
     ptrs = [ctypes.c_void_p(t.data_ptr()) if t is not None else dummy
             for t in (words, scales, zeros, x, norm_w, bias, y)]
-    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps), merge if merge is not None else _MergeIn()]
+    vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps)]
     args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     blocks = n // F.TILE // (2 if glu else tiles)  # row blocks: tiles, gate/up tile pairs, or `tiles` tiles
     cfg = _LaunchConfig()
@@ -809,10 +737,9 @@ last_config = None  # the tuned config of the latest call (the bench prints it)
 FIXED = None  # a config that replaces tuning (bench --int4-config, for Nsight Compute)
 
 
-def configs_for(n: int, k: int, glu: bool, split_ok: bool, merge: bool = False) -> list[tuple]:
+def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
     """CONFIGS that fit the shape: every warp has a group to read, splits only for an in-place plain GEMV, row tiles
-    a block that divide the tiles and the warps, shared memory within the device's opt-in limit (checked at launch);
-    with merge, int4_gemv with at most one head (group) a 128 threads of a block (merge_fits)."""
+    a block that divide the tiles and the warps, shared memory within the device's opt-in limit (checked at launch)."""
     groups = k // F.GROUP
     out = []
     for cfg in CONFIGS:
@@ -825,27 +752,17 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool, merge: bool = False) 
             continue
         if flat and blocks < 4 * warps * flat:  # a flat grid needs row blocks for many warps
             continue
-        if merge and not merge_fits(k, cfg):
-            continue
-        if shared_bytes(k, cfg, merge) > 200 * 1024:
+        if shared_bytes(k, cfg) > 200 * 1024:
             continue
         out.append(cfg)
     return out or [(2 if glu else 1, 1, 1, 0, 0, 0, 1)]
 
 
-def merge_fits(k: int, config: tuple) -> bool:
-    """Whether a launch config can merge its input from the attention's partials: int4_gemv (not flat), and each
-    block's heads (K / 128 / splits, rounded up) no more than its 128-thread groups (merge_in's)."""
-    warps, _, split, flat = config[:4]
-    return not flat and warps % 4 == 0 and -(-(k // F.GROUP) // split) <= warps // 4
-
-
 def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, glu=False, config=None,
-         pdl=0, merge=None):
+         pdl=0):
     """y (+)= W p(x) (+ bias) (or glu) for `mma`-layout int4 weights into y (kernels.tri_gemv allocates it and holds
     the contract: fp32, or bf16 for a plain product; acc adds into y, the residual stream). The launch config is
-    tuned once per shape (cold L2, in a CUDA graph) unless given. merge (merge_source's): x is not read; the input
-    is the attention output merged from its partials inside the GEMV (no norm or glu; head_dim 128)."""
+    tuned once per shape (cold L2, in a CUDA graph) unless given."""
     n, k = words.shape[0] * F.TILE, words.shape[1] // 2
     if norm_w is not None and norm_w.dtype != torch.float32:
         norm_w = norm_w.float()
@@ -854,17 +771,14 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     if x.dtype not in (torch.float32, torch.bfloat16):
         x = x.float()
     kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
-              pdl=pdl, merge=merge)
-    if merge is not None and (pro or glu):
-        raise ValueError("an attention merge feeds a plain GEMV (the o projection), not a norm or glu")
+              pdl=pdl)
     config = config or FIXED
     if config is not None:
         config = check_config(config)
     if config is None:
-        key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl) + (("merge",) if merge else ())
+        key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
-            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu, merge is not None),
-                                 kw)
+            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu), kw)
             _BEST[key] = _RANKED[key][0]
         config = _BEST[key]
         _USED.add(key)
@@ -873,8 +787,6 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     elif config[6] > 1 and (glu or config[3]) or (n // F.TILE) % config[6] or config[0] % config[6]:
         raise ValueError(f"{config_name(config)}: row tiles a block divide the tiles and the warps, without glu or "
                          "flat")
-    elif merge is not None and not merge_fits(k, config):
-        raise ValueError(f"{config_name(config)}: an attention merge needs int4_gemv with a head a 128 threads")
     global last_config
     last_config = config
     launch(words, x, y, config=config, **kw)
@@ -916,8 +828,8 @@ last_step_tuning: dict = {}  # shape -> {config: step ms} of the latest retune_i
 def _shape_name(key: tuple) -> str:
     from floorline.native.kernels import shape_name
 
-    _, n, k, pro, glu, acc, *rest = key
-    return shape_name(n, k, pro, glu, acc) + (" merge" if "merge" in rest else "")
+    _, n, k, pro, glu, acc, *_ = key
+    return shape_name(n, k, pro, glu, acc)
 
 
 def config_name(cfg: tuple) -> str:

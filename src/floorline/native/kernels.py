@@ -504,15 +504,14 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, config=None, layout="rows", merge=None):
+             glu=False, out=None, config=None, layout="rows"):
     """The GPU twin of ref_gemv (int4 in the `mma` layout: int4_cuda.gemv, whose `config` is (warps, groups ahead,
     splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg: bench
     --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
-    buffers). merge (int4 `mma` only; int4_cuda.merge_source's): the input is the attention output, merged from its
-    partials inside the GEMV, and x is not read."""
+    buffers)."""
     int4 = scales is not None
     mma = int4 and layout == "mma"
     if mma:  # int4_format: words (N/16, 2K), 16-row tiles
@@ -529,9 +528,7 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         from floorline.native import int4_cuda
 
         return int4_cuda.gemv(w, x, y, scales=scales, zeros=zeros, pro=pro, norm_w=norm_w, eps=eps, bias=bias,
-                              acc=acc, glu=glu, config=config, pdl=_pdl_default(), merge=merge)
-    if merge is not None:
-        raise ValueError("an attention merge inside the GEMV needs the int4 CUDA GEMV (the mma layout)")
+                              acc=acc, glu=glu, config=config, pdl=_pdl_default())
     dummy = y
     args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
             bias if bias is not None else dummy, y, n, k, k // 8, eps)
@@ -622,10 +619,9 @@ class AttnScratch:
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
 
 
-def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, merge: bool = True):
+def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
-    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches; merge=False leaves the chunks'
-    partials in `scratch` for the next kernel to merge (the int4 CUDA o projection) and returns None."""
+    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches."""
     kv_heads, _, d = k_cache.shape
     pdl = _pdl_default()
     _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
@@ -633,8 +629,6 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                                             G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk, BL=scratch.tile,
                                             DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages, num_warps=scratch.warps,
                                             **_launch(pdl))
-    if not merge:
-        return None
     _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, G=scratch.g,
                           GP=scratch.gp, D=d, CHUNK=scratch.chunk, CB=min(64, triton.next_power_of_2(scratch.nchunk)),
                           PDL=pdl, **_launch(pdl))

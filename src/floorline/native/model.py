@@ -15,7 +15,6 @@ Prefill runs plain torch (batched matmuls and SDPA, in chunks) into the same cac
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -69,18 +68,11 @@ class NativeModel:
         self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
-        # int4 CUDA o projection: the attention's merge done inside it (its blocks merge their heads' partials), one
-        # launch a layer fewer; head_dim 128 (a head is a 128-input group); FLOORLINE_INT4_MERGE=0 keeps the merge
-        # kernel
-        self.merge_in_o = (self.ops == "triton" and dev.type == "cuda" and self.layers[0]["o"].get("layout") == "mma"
-                           and d == 128 and os.environ.get("FLOORLINE_INT4_MERGE", "1") != "0")
 
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, **kw):
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
-        if kw.get("merge") is None:
-            kw.pop("merge", None)
         if self.ops == "triton":
             return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, **kw)
         out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
@@ -90,8 +82,7 @@ class NativeModel:
         """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
         kc, vc = self.k_cache[i], self.v_cache[i]
         if self.ops == "triton":
-            return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
-                                   merge=not self.merge_in_o)
+            return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn)
         q = K.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim)
         return K.ref_attention(q, kc, vc, self.pos, self.scale)
 
@@ -103,20 +94,12 @@ class NativeModel:
         for i, lay in enumerate(self.layers):
             self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"])
             a = self._attention(i)
-            # x += o(a), in place (split-K where it pays); a merged from the chunks' partials inside o where it can
-            self._gemv(lay["o"], self.attn.out if a is None else a, x, residual=x, merge=self._merge_source())
+            self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
             self._gemv(lay["down"], self.act, x, residual=x)
         self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
         self.tok.copy_(self.logits.argmax().view(1))
         self.pos.add_(1)
-
-    def _merge_source(self):
-        if not (self.ops == "triton" and self.merge_in_o):
-            return None
-        from floorline.native import int4_cuda
-
-        return int4_cuda.merge_source(self.attn, self.pos)
 
     # -------------------------------------------------------------------------------------------- prefill
     @torch.no_grad()
