@@ -292,14 +292,15 @@ for stage in "${stages[@]}"; do
       show_records "$OUT/native_int4.jsonl" "$OUT/native_bf16.jsonl" ;;
     final2)  # the second call: the per-kernel table (bf16 and the int4 CUDA GEMV, attention), explain of qwen2.5-7b
              # int4 (its GEMV split by place in the layer), then GPU tests in what is left of a 590 s call: native
-             # int4 against HF fp32 (both models), the runtime's replays, the int4 GEMV against its reference
+             # int4 against HF fp32 (both models), the runtime's replays, the int4 GEMV against its reference (and
+             # every row-tile config on qwen2.5-7b's o and down shapes)
       timeout 130 python3 -m floorline.native.bench --formats "bf16,int4 cuda" --json "$OUT/native_bench.json" \
         > "$OUT/native_bench.log" 2>&1
       grep "|" "$OUT/native_bench.log"
       timeout 90 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant int4 \
         --out "$OUT/explain_native_int4" > "$OUT/explain_native_int4.log" 2>&1
       grep -E "native|int4_gemv|_gemv|attn|/4|after" "$OUT/explain_native_int4.log" | tail -16
-      for k in "agrees_with_hf_in_bf16 and int4" "replays_real_tokens" "matches_its_reference"; do
+      for k in "agrees_with_hf_in_bf16 and int4" "replays_real_tokens" "matches_its_reference" "every_row_tile"; do
         left=$(( 590 - ($(date +%s) - t0) ))
         [ $left -gt 40 ] && timeout $left python3 -m pytest -q -s -m gpu tests/test_gpu_native.py -k "$k" 2>&1 \
           | grep -E "vs HF fp32|vs torch-reference|passed|failed|Error|assert" | tee -a "$OUT/pytest_final2.log"
