@@ -120,4 +120,16 @@ def state_replay_ms(capture: Callable[[], "torch.cuda.CUDAGraph"], state: list, 
         times.append(start.elapsed_time(end))
     del graph
     restore()
-    return sorted(times[3:])[reps // 2]
+    return statistics.median(times[3:])
+
+
+def fastest_in_step(candidates: list, use: Callable[[object], None], capture: Callable[[], "torch.cuda.CUDAGraph"],
+                    state: list, reps: int = 30) -> dict:
+    """The step tuners' trial loop (int4_cuda and kernels.retune_in_step): each candidate put in place by `use` and
+    timed in the whole decode step (state_replay_ms), then the fastest put back in place. Returns {candidate: ms}."""
+    times = {}
+    for c in candidates:
+        use(c)
+        times[c] = state_replay_ms(capture, state, reps)
+    use(min(times, key=times.get))
+    return times

@@ -686,7 +686,7 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
            glu=False, acc=False, pdl=0) -> None:
     """One launch on the current stream (graph-capturable). words/scales/zeros in the `mma` layout; x fp32 or bf16
     (k); y fp32 (or bf16 when neither acc nor split), n rows (n/2 with glu); norm_w and bias fp32."""
-    warps, _, split, flat, _, persist, tiles = check_config(config)
+    warps, _, split, flat, _, persist, tiles = config  # (7 fields: CONFIGS' or check_config's)
     flags = _flags(pro, int(glu), int(bias is not None), int(acc), int(split > 1), int(x.dtype == torch.bfloat16),
                    int(y.dtype == torch.bfloat16), pdl, -(-k // (4 * warps * 32)) if pro else 1)
     dev = words.device.index
@@ -806,7 +806,7 @@ def retune_in_step(capture, state: list, top: int = 12, reps: int = 30) -> None:
     the fastest kept: the neighbours a shape has in the step are other kernels, not copies of itself. `state` (the
     token and the position) is restored after every replay, so the trials leave the decode where it was: they write
     only cache positions from the current one on, which a step writes before it reads."""
-    from floorline.timing import state_replay_ms
+    from floorline import timing
 
     _USED.clear()
     graph = capture()  # which shapes the step launches
@@ -814,11 +814,8 @@ def retune_in_step(capture, state: list, top: int = 12, reps: int = 30) -> None:
     global last_step_tuning
     last_step_tuning = {}
     for key in [k for k in _BEST if k in _USED and len(_RANKED.get(k, ())) > 1]:
-        times = {}
-        for cfg in _RANKED[key][:top]:
-            _BEST[key] = cfg
-            times[cfg] = state_replay_ms(capture, state, reps)
-        _BEST[key] = min(times, key=times.get)
+        times = timing.fastest_in_step(_RANKED[key][:top], functools.partial(_BEST.__setitem__, key), capture,
+                                       state, reps)
         last_step_tuning[_shape_name(key)] = {config_name(c): round(t, 4) for c, t in times.items()}
 
 

@@ -23,6 +23,7 @@ each tile as a decode step sees it (_cold_bench: cold L2, inside a CUDA graph).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 
@@ -473,7 +474,7 @@ def retune_in_step(capture, state: list, reps: int = 30) -> None:
     autotuner chose a tile for (its timer: one launch after an L2 flush), every tile it considered, each timed in the
     whole decode step (`capture()`: a CUDA graph of one step; timing.state_replay_ms, `state` restored), the fastest
     kept in the autotuner's cache."""
-    from floorline.timing import state_replay_ms
+    from floorline import timing
 
     global last_step_tuning
     last_step_tuning = {}
@@ -488,11 +489,8 @@ def retune_in_step(capture, state: list, reps: int = 30) -> None:
             cands = _CANDIDATES.get((n, k, pro, glu, acc, int4), [])
             if len(cands) < 2 or (n, k, pro, glu, acc, int4) not in _USED:
                 continue
-            times = {}
-            for cfg in cands:
-                tuner.cache[key] = cfg
-                times[cfg] = state_replay_ms(capture, state, reps)
-            tuner.cache[key] = min(times, key=times.get)
+            times = timing.fastest_in_step(cands, functools.partial(tuner.cache.__setitem__, key), capture, state,
+                                           reps)
             last_step_tuning[shape_name(n, k, pro, glu, acc)] = {tile_name(c): round(t, 4) for c, t in times.items()}
 
 
