@@ -246,3 +246,40 @@ def test_int4_cuda_gemv_is_replayable_in_a_graph_with_pdl():
     graph.replay()
     torch.cuda.synchronize()
     assert ((out - want).norm() / want.norm()).item() < 2e-3
+
+
+@pytest.mark.parametrize("fused", [1, 2])
+@pytest.mark.parametrize("heads, kv, ctx", [(28, 4, 2048), (32, 8, 2048), (28, 4, 16384), (32, 8, 16384)])
+def test_one_launch_attention_matches_the_reference_replay_after_replay(heads, kv, ctx, fused):
+    """Attention in one launch (the last chunk of each KV head to arrive merges the head's partials) against the
+    torch reference and against the two-launch path, eagerly and then over 20 replays of a CUDA graph captured with
+    programmatic dependent launch: the arrival counters must come back to 0 after every launch, or a later replay
+    merges too early (or never) and its output is stale."""
+    from floorline.native import kernels as K
+    from floorline.timing import capture_graph
+
+    d = 128
+    g = torch.Generator("cuda").manual_seed(3)
+    qkv = torch.randn((heads + 2 * kv) * d, device="cuda", generator=g)
+    cos, sin = K.rope_tables(torch.rand(d // 2, device="cuda", generator=g), ctx + 64, 1.0, "cuda")
+    pos = torch.tensor([ctx - 1], device="cuda", dtype=torch.int32)
+    kc = torch.randn(kv, ctx + 64, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    vc = torch.randn(kv, ctx + 64, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    kr, vr = kc.clone(), vc.clone()
+    want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, pos, kr, vr, heads, kv, d), kr, vr, pos, d ** -0.5)
+    two = K.AttnScratch(heads, kv, d, ctx + 64, "cuda", fused=0)
+    one = K.AttnScratch(heads, kv, d, ctx + 64, "cuda", fused=fused)
+    ref2 = K.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, two).clone()
+    got = K.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, one).clone()
+    torch.cuda.synchronize()
+    rel = lambda a, b: ((a - b).norm() / b.norm()).item()  # noqa: E731
+    assert rel(got, want) < 2e-2 and rel(got, ref2) < 1e-5, (rel(got, want), rel(got, ref2))
+    assert int(one.count.abs().sum()) == 0
+    graph = capture_graph(lambda: K.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, one), 2)
+    for i in range(20):
+        one.out.fill_(float("nan"))
+        qkv.add_(0.01)  # a new query each replay: a stale output would not match
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel(one.out, K.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, two)) < 1e-5, i
+        assert int(one.count.abs().sum()) == 0, i
