@@ -41,7 +41,6 @@
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
-#     attn-fused attention in one launch against two: GPU tests, then screened in the step (int4 and bf16)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -210,31 +209,6 @@ for stage in "${stages[@]}"; do
           echo "$m chunk $c: $(FLOORLINE_ATTN_CHUNK=$c cell "$OUT/attn_step_$c.jsonl" "$OUT/attn_step.log" \
             --model $m --ctx ${ATTN_CTX:-2048,16384} --mode native) ms"
         done
-      done ;;
-    attn-fused)  # issues #13, #14: attention in one launch (the last chunk of each KV head merges) against chunks then
-                 # a merge kernel: the GPU tests (reference, 20 graph replays, the runtime's tokens), then both
-                 # screened inside the native step (scripts/step_screen.py, layout chunk,tile,warps,stages,fused)
-      timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_native.py -k "one_launch_attention or replays_real_tokens" \
-        2>&1 | tail -3 | tee "$OUT/pytest_attn_fused.log"
-      for f in 0 1 2; do  # the bench's attention rows (checked, then timed after a copy of themselves)
-        FLOORLINE_ATTN_FUSED=$f python3 -m floorline.native.bench --only attention --attn-ctx 2048,16384 \
-          > "$OUT/bench_attn_fused$f.log" 2>&1
-        echo "fused $f:"; grep "rope+kv" "$OUT/bench_attn_fused$f.log" | cut -c1-160
-        [ -n "${ATTN_NCU:-}" ] && [ $f != 0 ] && FLOORLINE_ATTN_FUSED=$f ncu --clock-control none -k regex:_attn \
-          --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats \
-          --metrics "dram__bytes_read.sum,$NCU_STALLS" python3 -m floorline.native.bench --only attention \
-          --attn-ctx 2048 > "$OUT/ncu_attn_fused$f.txt" 2>&1 && { grep -E "Duration|Registers Per|No Eligible" \
-          "$OUT/ncu_attn_fused$f.txt" | head -6; ncu_stalls "$OUT/ncu_attn_fused$f.txt"; }
-      done
-      for c in ${FUSED_CELLS:-"qwen2.5-7b:int4:2048:64,64,8,3,0;64,64,8,3,1;128,64,8,3,1" \
-                 "llama-3.1-8b:int4:2048:64,64,8,3,0;64,64,8,3,1;128,64,8,3,1" \
-                 "qwen2.5-7b:none:2048:64,64,8,3,0;64,64,8,3,1" \
-                 "qwen2.5-7b:none:16384:256,64,8,3,0;256,64,8,3,1;512,64,8,3,1"}; do
-        IFS=: read -r m q x at <<< "$c"
-        IFS=';' read -ra ats <<< "$at"
-        timeout 200 python3 scripts/step_screen.py --model $m --quant $q --ctx $x --attn "${ats[@]}" \
-          --json "$OUT/fused_${m}_${q}_$x.json" > "$OUT/fused_${m}_${q}_$x.log" 2>&1
-        grep -E "^\||ctx" "$OUT/fused_${m}_${q}_$x.log" | cut -c1-300
       done ;;
     screen)  # issues #13, #14: the Triton GEMV's tiles re-timed in the step against the autotuner's, crossed with
              # attention layouts, screened in one process a cell (scripts/step_screen.py), after the GPU test of the

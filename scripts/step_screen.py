@@ -25,8 +25,7 @@ def main() -> None:
     ap.add_argument("--model", default="qwen2.5-7b")
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--quant", default="none")
-    ap.add_argument("--attn", nargs="+", default=["default"],
-                    help="'default' or chunk,tile,warps,stages[,fused] (fused 1, 2: one launch, 0: chunks then merge)")
+    ap.add_argument("--attn", nargs="+", default=["default"], help="'default' or chunk,tile,warps,stages")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--replays", type=int, default=40)
     ap.add_argument("--json")
@@ -63,9 +62,9 @@ def main() -> None:
                 if at == "default":
                     net.attn = default
                 else:
-                    c, bl, w, st, *fused = (int(v) for v in at.split(","))
+                    c, bl, w, st = (int(v) for v in at.split(","))
                     net.attn = K.AttnScratch(net.heads, net.kv_heads, net.head_dim, length, dev, chunk=c, tile=bl,
-                                             warps=w, stages=st, fused=fused[0] if fused else None)
+                                             warps=w, stages=st)
                 for s, k in zip(state, keep):
                     s.copy_(k)
                 graph = capture_graph(net.step, 2)
@@ -85,8 +84,8 @@ def main() -> None:
                 del graph
     first = next(iter(tokens.values()))
     print(f"{args.model} ctx {args.ctx} {args.quant}: default attention chunk {default.chunk}, tile {default.tile}, "
-          f"warps {default.warps}, stages {default.stages}, fused {int(default.fused)}; ms a step, median of "
-          f"{args.rounds} x {args.replays} replays (same tokens as the first variant?)")
+          f"warps {default.warps}, stages {default.stages}; ms a step, median of {args.rounds} x {args.replays} "
+          "replays (same tokens as the first variant?)")
     for name, s in samples.items():
         print(f"| {name:36s} | {statistics.median(s):.4f} | p10 {sorted(s)[len(s) // 10]:.4f} | "
               f"{'same' if tokens[name] == first else 'DIFFERENT'} |")

@@ -43,9 +43,6 @@ PRO_NONE, PRO_RMSNORM = 0, 1
 ATTN_CHUNK = 64  # cache positions per attention program (the least; more at long contexts)
 ATTN_BL = 64  # positions per inner tile
 ATTN_STAGES = 3  # the tile loop's software-pipeline depth (Triton's default for a loop)
-# FLOORLINE_ATTN_FUSED (default 1; 0: a merge kernel after the chunks): attention in one launch, the partials merged
-# by the last chunk program of each KV head to arrive
-ATTN_FUSED = int(os.environ.get("FLOORLINE_ATTN_FUSED", "1"))
 
 
 # ------------------------------------------------------------------------------------------- torch references
@@ -360,15 +357,13 @@ if triton is not None:
         return m_new, l, acc
 
     @triton.jit
-    def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK, CNT, OUT,
+    def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
                     H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                     CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
-                    STAGES: tl.constexpr = 3, FUSED: tl.constexpr = 0, GM: tl.constexpr = 8, MCB: tl.constexpr = 16):
+                    STAGES: tl.constexpr = 3):
         """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
         tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
-        `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step. FUSED: the
-        last live program of each KV head to finish (an arrival counter, CNT) merges the head's partials into OUT
-        itself, so attention is one launch (else _attn_merge, a second)."""
+        `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step."""
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
         kvh = tl.program_id(0)
@@ -419,71 +414,6 @@ if triton is not None:
             tl.store(MO + o, m, mask=real)
             tl.store(LO + o, l, mask=real)
             tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
-            if FUSED:
-                _attn_merge_last(MO, LO, OO, OUT, CNT, kvh, pos // CHUNK + 1, NCHUNK, G, GP, D, GM, MCB, FUSED)
-
-    @triton.jit
-    def _attn_merge_last(MO, LO, OO, OUT, CNT, kvh, nlive, NCHUNK, G: tl.constexpr, GP: tl.constexpr,
-                         D: tl.constexpr, GM: tl.constexpr, MCB: tl.constexpr, FUSED: tl.constexpr):
-        """The arrival of one live chunk of KV head kvh (its partials stored): the last of the head's `nlive` to
-        arrive merges all of them for the head's G query heads into OUT and sets the counter back to 0 for the next
-        launch. Release/acquire: the block's barrier orders every thread's stores before the one acq_rel atomic (the
-        CUDA threadfence-reduction pattern); the partials are then read at L2 (.cg). FUSED 1: MCB chunks x GM heads
-        (G padded to a power of two) x D a load; 2: one query head at a time, MCB chunks x D a load."""
-        tl.debug_barrier()
-        arrived = tl.atomic_add(CNT + kvh, 1, sem="acq_rel", scope="gpu")
-        if arrived == nlive - 1:
-            tl.store(CNT + kvh, 0)  # (read by the next launch only: kernels of a stream are ordered)
-            if FUSED == 2:
-                for g in tl.static_range(G):
-                    _attn_merge_head(MO, LO, OO, OUT, kvh, g, nlive, NCHUNK, G, GP, D, MCB)
-            else:
-                gm = tl.arange(0, GM)
-                cs = tl.arange(0, MCB)
-                d = tl.arange(0, D)
-                m_run = tl.full([GM], -1e30, dtype=tl.float32)
-                den = tl.zeros([GM], dtype=tl.float32)
-                num = tl.zeros([GM, D], dtype=tl.float32)
-                for c0 in range(0, nlive, MCB):
-                    live = ((c0 + cs) < nlive)[:, None] & (gm < G)[None, :]  # (MCB, GM)
-                    o = (kvh * NCHUNK + c0 + cs)[:, None] * GP + gm[None, :]
-                    mc = tl.load(MO + o, mask=live, other=-1e30, cache_modifier=".cg")
-                    lc = tl.load(LO + o, mask=live, other=0.0, cache_modifier=".cg")
-                    oc = tl.load(OO + o[:, :, None] * D + d[None, None, :], mask=live[:, :, None], other=0.0,
-                                 cache_modifier=".cg")
-                    m_new = tl.maximum(m_run, tl.max(mc, 0))
-                    a = tl.exp(m_run - m_new)
-                    w = tl.where(live, tl.exp(mc - m_new[None, :]), 0.0)
-                    den = den * a + tl.sum(w * lc, 0)
-                    num = num * a[:, None] + tl.sum(oc * w[:, :, None], 0)
-                    m_run = m_new
-                h = kvh * G + gm
-                real = gm < G
-                out = num / tl.where(real, den, 1.0)[:, None]
-                tl.store(OUT + h[:, None] * D + d[None, :], out, mask=real[:, None])
-
-    @triton.jit
-    def _attn_merge_head(MO, LO, OO, OUT, kvh, g, nlive, NCHUNK, G: tl.constexpr, GP: tl.constexpr,
-                         D: tl.constexpr, CB: tl.constexpr):
-        """Query head g of KV head kvh: its partials over nlive chunks merged into OUT, CB chunks x D a load."""
-        d = tl.arange(0, D)
-        cs = tl.arange(0, CB)
-        m_run = tl.max(tl.full([CB], -1e30, dtype=tl.float32), 0)
-        den = tl.sum(tl.zeros([CB], dtype=tl.float32), 0)
-        num = tl.zeros([D], dtype=tl.float32)
-        for c0 in range(0, nlive, CB):
-            cm = (c0 + cs) < nlive
-            o = (kvh * NCHUNK + c0 + cs) * GP + g
-            mc = tl.load(MO + o, mask=cm, other=-1e30, cache_modifier=".cg")
-            lc = tl.load(LO + o, mask=cm, other=0.0, cache_modifier=".cg")
-            oc = tl.load(OO + o[:, None] * D + d[None, :], mask=cm[:, None], other=0.0, cache_modifier=".cg")
-            m_new = tl.maximum(m_run, tl.max(mc, 0))
-            a = tl.exp(m_run - m_new)
-            w = tl.where(cm, tl.exp(mc - m_new), 0.0)
-            den = den * a + tl.sum(w * lc, 0)
-            num = num * a + tl.sum(oc * w[:, None], 0)
-            m_run = m_new
-        tl.store(OUT + (kvh * G + g) * D + d, num / den)
 
     @triton.jit
     def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
@@ -670,8 +600,7 @@ class AttnScratch:
     attn_chunk_len's, ATTN_BL, 8 warps and ATTN_STAGES."""
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int | None = None,
-                 tile: int | None = None, warps: int | None = None, stages: int | None = None,
-                 fused: int | None = None):
+                 tile: int | None = None, warps: int | None = None, stages: int | None = None):
         device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
@@ -686,26 +615,18 @@ class AttnScratch:
         self.l = torch.empty(shape, device=device, dtype=torch.float32)
         self.o = torch.empty(*shape, head_dim, device=device, dtype=torch.float32)
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
-        self.fused = ATTN_FUSED if fused is None else fused
-        self.count = torch.zeros(kv_heads, device=device, dtype=torch.int32)  # arrivals (fused; 0 between launches)
 
 
 def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
-    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. One launch (scratch.fused), else two."""
+    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches."""
     kv_heads, _, d = k_cache.shape
     pdl = _pdl_default()
     _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
-                                            scale, k_cache.stride(0), scratch.nchunk, scratch.count, scratch.out,
-                                            H=heads, KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d,
-                                            CHUNK=scratch.chunk, BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl,
-                                            STAGES=scratch.stages, FUSED=int(scratch.fused),
-                                            GM=triton.next_power_of_2(scratch.g),
-                                            MCB=min(16 if scratch.fused == 1 else 64,
-                                                    triton.next_power_of_2(scratch.nchunk)),
-                                            num_warps=scratch.warps, **_launch(pdl))
-    if scratch.fused:
-        return scratch.out
+                                            scale, k_cache.stride(0), scratch.nchunk, H=heads, KVH=kv_heads,
+                                            G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk, BL=scratch.tile,
+                                            DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages, num_warps=scratch.warps,
+                                            **_launch(pdl))
     _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, G=scratch.g,
                           GP=scratch.gp, D=d, CHUNK=scratch.chunk, CB=min(64, triton.next_power_of_2(scratch.nchunk)),
                           PDL=pdl, **_launch(pdl))
