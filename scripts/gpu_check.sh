@@ -33,6 +33,7 @@
 #               cpu, eager, 256)
 #     recheck   the ctx-16384 agreement tests and explain of the native steps (int4 beside HF's graph mode, bf16):
 #               what the last session changed without a GPU left to check it
+#     final-min  the int4 step's GPU tests, records, kernel rows and agreement in one call of FINAL_BUDGET s
 #     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
 #               per-kernel table, explain of native int4 and the GPU agreement tests (final-int4: int4 and bf16 at
 #               ctx 2048 only)
@@ -305,6 +306,27 @@ for stage in "${stages[@]}"; do
         [ $left -gt 40 ] && timeout $left python3 -m pytest -q -s -m gpu tests/test_gpu_native.py -k "$k" 2>&1 \
           | grep -E "vs HF fp32|vs torch-reference|passed|failed|Error|assert" | tee -a "$OUT/pytest_final2.log"
       done ;;
+    final-min)  # issues #13, #14 in one call of what device time is left (FINAL_BUDGET s, default 380): the GPU tests
+                # of the int4 step (replays against the torch reference, split q/k/v configs), the int4 records of
+                # both models and bf16 qwen2.5-7b at ctx 2048, the int4 CUDA GEMV's per-kernel rows, int4 agreement
+                # with HF fp32, explain of native int4 -- each only if the time left allows it
+      budget=${FINAL_BUDGET:-380}
+      left() { echo $(( budget - ($(date +%s) - t0) )); }
+      timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py \
+        -k "replays_real_tokens and int4 or every_split_qkv" > "$OUT/pytest_min.log" 2>&1
+      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_min.log" | cut -c1-400
+      for m in qwen2.5-7b llama-3.1-8b; do
+        [ $(left) -gt 60 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
+          --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
+      done
+      [ $(left) -gt 150 ] && fl run --model qwen2.5-7b --ctx 2048 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      show_records "$OUT/native_int4.jsonl" "$OUT/native_bf16.jsonl"
+      [ $(left) -gt 100 ] && timeout $(( $(left) - 60 )) python3 -m floorline.native.bench --formats "int4 cuda" \
+        --attn-ctx 2048 --json "$OUT/native_bench.json" > "$OUT/native_bench.log" 2>&1 && grep "|" "$OUT/native_bench.log"
+      [ $(left) -gt 70 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
+        -k "agrees_with_hf_in_bf16 and int4" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" \
+        | tee "$OUT/pytest_agree.log" ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"

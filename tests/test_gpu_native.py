@@ -154,7 +154,7 @@ def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
     assert tiles and all(len(t) > 1 for t in tiles.values()) and any("norm" in s for s in tiles), tiles
     if quant_name:  # every GEMV shape of the step re-timed (the tokens above came after those trials)
         tuning = rt.describe()["native_int4_step_tuning"]
-        assert {"1536x1024 norm", "1024x1024 acc", "4096x1024 norm glu", "1024x2048 acc"} \
+        assert {"1536x1024 norm acc", "1024x1024 acc", "4096x1024 norm glu", "1024x2048 acc"} \
             <= set(tuning) and all(len(t) > 1 for t in tuning.values()), tuning
     rt.close()
 
@@ -173,7 +173,7 @@ def _int4_case(n, k, seed=0):
 @pytest.mark.parametrize("n, k", [(4608, 3584), (512, 1024), (3584, 18944)])
 @pytest.mark.parametrize("pro, glu, bias, res, split", [(0, False, False, False, 1), (1, False, True, False, 1),
                                                         (1, True, False, False, 1), (0, False, False, True, 1),
-                                                        (0, False, True, True, 4)])
+                                                        (0, False, True, True, 4), (1, False, True, True, 7)])
 @pytest.mark.parametrize("xdt, ydt", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16)])
 def test_int4_cuda_gemv_matches_its_reference(n, k, pro, glu, bias, res, split, xdt, ydt):
     """Every switch of the CUDA GEMV (norm, glu, bias, in-place residual, split-K, bf16 in/out) against the fp32
@@ -191,7 +191,7 @@ def test_int4_cuda_gemv_matches_its_reference(n, k, pro, glu, bias, res, split, 
     rows = n // 2 if glu else n
     res0 = torch.randn(rows, device="cuda", generator=g)
     want = K.ref_gemv(words, x, scales=s, zeros=z, layout="mma", residual=res0 if res else None, **kw)
-    configs = [c for c in int4_cuda.configs_for(n, k, glu, res and not pro and not glu) if c[2] == split]
+    configs = [c for c in int4_cuda.configs_for(n, k, glu, res and not glu) if c[2] == split]
     # tuned (fp32 in and out: one tuning a shape), the split kernel (registers), flat, cp.async ring, persistent
     # blocks (the fewest: most row blocks each; and the most)
     persistent = sorted((c for c in configs if c[5]), key=lambda c: c[5])
@@ -224,6 +224,33 @@ def test_int4_cuda_every_row_tile_config_matches_its_reference(n, k):
     for cfg in [c for c in int4_cuda.configs_for(n, k, False, True) if c[6] > 1]:
         out = res0.clone()
         K.tri_gemv(words, x, scales=s, zeros=z, layout="mma", residual=out, out=out, config=cfg)
+        torch.cuda.synchronize()
+        err = ((out - want).norm() / want.norm()).item()
+        if not err < 2e-3:
+            bad[int4_cuda.config_name(cfg)] = err
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("n, k", [(4608, 3584), (6144, 4096)])
+def test_int4_cuda_every_split_qkv_config_matches_its_reference(n, k):
+    """q/k/v with the norm, split over K into an output it adds to (mode native's: zeroed by the attention; here a
+    random start): every split config on qwen2.5-7b's and llama-3.1-8b's shapes against the torch reference -- each
+    block reads all of x for the norm's sum of squares and stages only its own groups."""
+    from floorline.native import int4_cuda
+    from floorline.native import kernels as K
+
+    words, s, z = _int4_case(n, k, seed=n + 3 * k)
+    g = torch.Generator("cuda").manual_seed(13)
+    x = torch.randn(k, device="cuda", generator=g) * 3
+    kw = dict(pro=K.PRO_RMSNORM, norm_w=torch.rand(k, device="cuda", generator=g) + 0.5,
+              bias=torch.randn(n, device="cuda", generator=g))
+    res0 = torch.randn(n, device="cuda", generator=g)
+    want = K.ref_gemv(words, x, scales=s, zeros=z, layout="mma", residual=res0, **kw)
+    bad, split = {}, [c for c in int4_cuda.configs_for(n, k, False, True) if c[2] > 1]
+    assert split
+    for cfg in split:
+        out = res0.clone()
+        K.tri_gemv(words, x, scales=s, zeros=z, layout="mma", residual=out, out=out, config=cfg, **kw)
         torch.cuda.synchronize()
         err = ((out - want).norm() / want.norm()).item()
         if not err < 2e-3:

@@ -236,6 +236,34 @@ def test_native_int4_matches_hf_on_the_same_int4_weights(ops):
     assert _compare_with_hf("tiny-qwen2", ops, quant_name="int4") < 1e-4
 
 
+def test_native_int4_mma_layout_adds_qkv_into_the_zeros_the_attention_leaves(monkeypatch):
+    """In the CUDA GEMV's `mma` layout q/k/v is added into self.qkv (so it may split K), which the attention zeroes
+    after reading it: the reference ops must still match HF layer after layer (a stale q/k/v would add up)."""
+    from floorline.quant import int4
+
+    monkeypatch.setattr(int4, "layout_for", lambda *a: "mma")
+    m = models.build_random(zoo.ZOO["tiny-qwen2"], torch.device("cpu"), "fp32", seed=0)
+    quant.convert(m, quant.get("int4"), torch.float32)
+    net = NativeModel(m, 64, ops="torch")
+    assert net.qkv_acc and net.layers[0]["qkv"]["layout"] == "mma"
+    assert _compare_with_hf("tiny-qwen2", "torch", quant_name="int4") < 1e-4
+
+
+@interpreted
+def test_attention_merge_zeroes_the_qkv_vector_once_read():
+    heads, kv, d, length, pos = 4, 2, 32, 160, 100
+    qkv = _rand((heads + 2 * kv) * d)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    cos, sin = K.rope_tables(inv, length, 1.0, "cpu")
+    kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
+    p = torch.tensor([pos], dtype=torch.int32)
+    scratch = K.AttnScratch(heads, kv, d, length, "cpu")
+    want = K.tri_attention(qkv, cos, sin, p, kc.clone(), vc.clone(), heads, d ** -0.5, scratch).clone()
+    assert qkv.abs().sum() > 0
+    got = K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, zero_qkv=True)
+    assert torch.equal(got, want) and torch.equal(qkv, torch.zeros_like(qkv))
+
+
 def test_prefill_product_and_bias_are_rounded_once():
     """The prefill writes the cache from q/k/v = W x + b: rounded to bf16 once, its error has no part common to every
     position. (Rounding W x first and then W x + b rounds the constant b a second time, the same error wherever the

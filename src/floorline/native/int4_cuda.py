@@ -138,10 +138,10 @@ __device__ __forceinline__ void load_nw(const float* NW, int K, float4* nr) {
 #endif
 }
 
-// The block's inputs, groups [g0, g0 + ng), into shared memory as fp16 hi + lo (put_x); with PRO (the block covers
-// all of K) RMSNorm first: the raw inputs are read once into registers (XPT float4 a thread, beside the norm's
-// weights nr from load_nw), their sum of squares reduced over the block (red: WARPS floats), then normalised from the
-// registers.
+// The block's inputs, groups [g0, g0 + ng), into shared memory as fp16 hi + lo (put_x); with PRO RMSNorm first:
+// all of x is read once into registers (XPT float4 a thread, beside the norm's weights nr from load_nw), its sum of
+// squares reduced over the block (red: WARPS floats), then the block's own groups normalised from the registers (all
+// of them, or a split-K slice: a q/k/v product accumulated into a zeroed output).
 __device__ __forceinline__ void stage_x(const void* X, const float4* nr, int K, float eps, int g0, int ng, uint4* xs4,
                                         float* red, int lane, int warp) {
   u32* xs = (u32*)xs4;
@@ -166,11 +166,11 @@ __device__ __forceinline__ void stage_x(const void* X, const float4* nr, int K, 
   const float rinv = rsqrtf(ss / K + eps);
 #pragma unroll
   for (int t = 0; t < XPT; t++) {
-    const int i = threadIdx.x + t * WARPS * 32;
-    if (i < K / 4) {
+    const int i = threadIdx.x + t * WARPS * 32;  // (a warp's 32 float4 are one group: the test is warp-uniform)
+    if (i < K / 4 && i >= g0 * 32 && i < (g0 + ng) * 32) {  // split-K: only the block's own groups are staged
       const float4 v = make_float4(xr[t].x * nr[t].x * rinv, xr[t].y * nr[t].y * rinv, xr[t].z * nr[t].z * rinv,
                                    xr[t].w * nr[t].w * rinv);
-      put_x(v, i, xs, xl, xsum, lane);
+      put_x(v, i - g0 * 32, xs, xl, xsum, lane);
     }
   }
 #else
@@ -338,7 +338,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
 #pragma unroll
   for (int i = 0; i < STAGES - 1; i++) ISSUE(i);  // in flight before the previous kernel is waited for
   pdl_wait();
-  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
+  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);
   __syncthreads();
   const uint4* xq = xs4 + (g == 1 ? ng * 16 : 0) + tq * 2;
   for (int i = 0; i < mine; i++) {
@@ -384,7 +384,7 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   AT(rb);
   LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
   pdl_wait();
-  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);  // no split with the norm
+  stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);
   __syncthreads();
   // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi; the warp's
   // group i at xw + i XS
@@ -547,7 +547,11 @@ CONFIGS = [(*c, 1) for c in [(4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0
     # seven tiles a block (224 tiles = 32 x 7: qwen2.5-7b's o and down): 128 or 256 blocks, one or two on each SM
     # (54 registers a thread at ahead 1), where 8 or 16 tiles make 224 blocks, two on 92 SMs and one on 40
     (14, 1, 4, 0, 0, 0, 7), (14, 2, 4, 0, 0, 0, 7), (14, 1, 8, 0, 0, 0, 7), (14, 2, 8, 0, 0, 0, 7),
-    (14, 1, 8, 0, 0, 0, 14), (14, 1, 16, 0, 0, 0, 14), (7, 1, 8, 0, 0, 0, 7)]
+    (14, 1, 8, 0, 0, 0, 14), (14, 1, 16, 0, 0, 0, 14), (7, 1, 8, 0, 0, 0, 7)] + [
+    # split-K for q/k/v (288 tiles of 28 groups: 252 blocks of 8 tiles and 4 or 2 groups, two on most SMs, where one
+    # tile a block makes 288, three on 24 SMs and two on the rest; 384 tiles: 384 blocks, three on each SM)
+    (16, 1, 7, 0, 0, 0, 8), (16, 2, 7, 0, 0, 0, 8), (8, 1, 7, 0, 0, 0, 8), (16, 1, 14, 0, 0, 0, 16),
+    (8, 2, 4, 0, 0, 0, 4), (8, 1, 4, 0, 0, 0, 4), (8, 1, 2, 0, 0, 0, 2), (16, 1, 2, 0, 0, 0, 8)]
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -742,8 +746,10 @@ FIXED = None  # a config that replaces tuning (bench --int4-config, for Nsight C
 
 
 def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
-    """CONFIGS that fit the shape: every warp has a group to read, splits only for an in-place plain GEMV, row tiles
-    a block that divide the tiles and the warps, shared memory within the device's opt-in limit (checked at launch)."""
+    """CONFIGS that fit the shape: every warp has a group to read, splits only where the product is added in place
+    (the residual, or q/k/v into an output the attention zeroes after use; with the norm each block still reads all
+    of x for its sum of squares, and stages only its own groups), row tiles a block that divide the tiles and the
+    warps, shared memory within the device's opt-in limit (checked at launch)."""
     groups = k // F.GROUP
     out = []
     for cfg in CONFIGS:
@@ -782,12 +788,13 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
     if config is None:
         key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
-            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not pro and not glu), kw)
+            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not glu), kw)
             _BEST[key] = _RANKED[key][0]
         config = _BEST[key]
         _USED.add(key)
-    elif config[2] > 1 and not (acc and not pro and not glu) or config[2] > 1 and config[3]:
-        raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
+    elif config[2] > 1 and not (acc and not glu) or config[2] > 1 and config[3]:
+        raise ValueError("split-K adds partial sums into the output: it needs a residual (or a zeroed output), no "
+                         "glu")
     elif config[6] > 1 and (glu or config[3]) or (n // F.TILE) % config[6] or config[0] % config[6]:
         raise ValueError(f"{config_name(config)}: row tiles a block divide the tiles and the warps, without glu or "
                          "flat")

@@ -416,11 +416,13 @@ if triton is not None:
             tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
 
     @triton.jit
-    def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr):
+    def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, ZP, ZN, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr = 0):
         """The chunks' partial softmax sums of one query head, merged (one program per query head). The position is
         read before the wait (it changes only between steps); each block of CB chunks has its maxima, sums and
-        partial outputs loaded before any is used (one round trip to L2, not one per dependent load)."""
+        partial outputs loaded before any is used (one round trip to L2, not one per dependent load). ZB > 0: program
+        h also zeroes ZP[h ZB, (h + 1) ZB) below ZN -- the q/k/v vector, read by the chunks (all finished once the
+        wait returns), which the next layer's int4 q/k/v GEMV adds into (split-K)."""
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
         h = tl.program_id(0)
@@ -447,6 +449,9 @@ if triton is not None:
         if PDL == 2:
             tl.extra.cuda.gdc_launch_dependents()
         tl.store(OUT + h * D + d, num / den)
+        if ZB > 0:
+            z = h * ZB + tl.arange(0, ZB)
+            tl.store(ZP + z, tl.zeros([ZB], dtype=tl.float32), mask=z < ZN)
 
 
 _CANDIDATES: dict = {}  # (N, K, PRO, GLU, ACC, INT4): the tiles _prune kept for the autotuner (retune_in_step's trials)
@@ -617,9 +622,10 @@ class AttnScratch:
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
 
 
-def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch):
+def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
-    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches."""
+    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches; with zero_qkv the second
+    also zeroes qkv (fp32) once it is read."""
     kv_heads, _, d = k_cache.shape
     pdl = _pdl_default()
     _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
@@ -627,7 +633,8 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                                             G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk, BL=scratch.tile,
                                             DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages, num_warps=scratch.warps,
                                             **_launch(pdl))
-    _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, G=scratch.g,
-                          GP=scratch.gp, D=d, CHUNK=scratch.chunk, CB=min(64, triton.next_power_of_2(scratch.nchunk)),
-                          PDL=pdl, **_launch(pdl))
+    zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
+    _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),
+                          G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
+                          CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, **_launch(pdl))
     return scratch.out

@@ -68,6 +68,9 @@ class NativeModel:
         self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
+        # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
+        # it has read it (zeros here for the first layer)
+        self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
 
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, **kw):
@@ -82,9 +85,18 @@ class NativeModel:
         """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
         kc, vc = self.k_cache[i], self.v_cache[i]
         if self.ops == "triton":
-            return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn)
+            return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
+                                   zero_qkv=self.qkv_acc)
         q = K.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim)
-        return K.ref_attention(q, kc, vc, self.pos, self.scale)
+        out = K.ref_attention(q, kc, vc, self.pos, self.scale)
+        if self.qkv_acc:
+            self.qkv.zero_()
+        return out
+
+    def _qkv(self, lay: dict, x) -> None:
+        """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed)."""
+        self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
+                   residual=self.qkv if self.qkv_acc else None)
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
@@ -92,7 +104,7 @@ class NativeModel:
         x = self.x
         x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
         for i, lay in enumerate(self.layers):
-            self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"])
+            self._qkv(lay, x)
             a = self._attention(i)
             self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)

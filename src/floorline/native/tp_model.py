@@ -118,7 +118,7 @@ class TPNativeModel(NativeModel):
         x = self.x
         x.copy_(self.embed.index_select(0, self.tok)[0])
         for i, lay in enumerate(self.layers):
-            self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"])
+            self._qkv(lay, x)
             self._row_split(lay["o"], self._attention(i))
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
             self._row_split(lay["down"], self.act)
