@@ -309,7 +309,7 @@ for stage in "${stages[@]}"; do
     final-min)  # issues #13, #14 in one call of what device time is left (FINAL_BUDGET s, default 380): the GPU tests
                 # of the int4 step (replays against the torch reference, split q/k/v configs), the int4 records of
                 # both models and bf16 qwen2.5-7b at ctx 2048, the int4 CUDA GEMV's per-kernel rows, int4 agreement
-                # with HF fp32, explain of native int4 -- each only if the time left allows it
+                # with HF fp32 -- each only if the time left allows it (explain: `final2`)
       budget=${FINAL_BUDGET:-380}
       left() { echo $(( budget - ($(date +%s) - t0) )); }
       timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py \
