@@ -167,3 +167,22 @@ def test_row_tiles_a_block_fit_the_shape_and_name_the_config():
     # 3584 / 16 = 224 tiles: 4 a block fit; 1040 / 16 = 65 tiles: only one a block
     assert all(c[6] == 1 for c in int4_cuda.configs_for(1040, 3584, False, True))
     assert all((c[0] // c[6]) <= 18944 // 128 // c[2] for c in down)  # every warp has a group to read
+
+
+def test_seven_tile_blocks_and_split_qkv_fit_only_where_they_divide_and_add():
+    """7 and 14 tiles a block where the tiles divide by 7 (qwen2.5-7b's 224), never for 256 tiles (llama-3.1-8b);
+    q/k/v (with the norm) splits K only when it adds into its output (mode native's zeroed q/k/v vector)."""
+    from floorline.native import int4_cuda
+
+    down = int4_cuda.configs_for(3584, 18944, False, True)
+    assert (14, 1, 8, 0, 0, 0, 7) in down and (14, 1, 16, 0, 0, 0, 14) in down
+    assert not [c for c in int4_cuda.configs_for(4096, 14336, False, True) if c[6] in (7, 14)]
+    qkv = int4_cuda.configs_for(4608, 3584, False, True)
+    assert (16, 1, 7, 0, 0, 0, 8) in qkv  # 288 tiles: 36 blocks of 8 x 7 splits of 4 groups
+    assert all(c[2] == 1 for c in int4_cuda.configs_for(4608, 3584, False, False))
+    words = torch.zeros(4608 // 16, 2 * 3584, dtype=torch.int32)  # (tiles, 16 rows x K codes / 8 a word)
+    kw = dict(scales=None, zeros=None, pro=1, norm_w=torch.ones(3584), config=(16, 1, 7, 0, 0, 0, 8))
+    with pytest.raises(ValueError, match="zeroed output"):
+        int4_cuda.gemv(words, torch.zeros(3584), torch.zeros(4608), **kw)  # stored, not added: no split
+    with pytest.raises(ValueError, match="zeroed output"):
+        int4_cuda.gemv(words, torch.zeros(3584), torch.zeros(4608), glu=True, acc=True, **kw)
