@@ -84,7 +84,6 @@ def main(argv=None) -> int:
     a, dev = zoo.ZOO[args.model], torch.device("cuda")
     copy_gbps, _ = bandwidth.copy_bandwidth(dev)
     h, kv, d = a.heads, a.kv_heads, a.head_dim
-    # (q/k/v: the int4 CUDA GEMV adds into an output the attention zeroed, as mode native runs it: "+acc")
     shapes = {"qkv (norm+bias)": ((h + 2 * kv) * d, a.hidden, K.PRO_RMSNORM), "o (+res)": (a.hidden, h * d, K.PRO_NONE),
               "gate_up (norm, silu*up)": (2 * a.intermediate, a.hidden, K.PRO_RMSNORM),
               "down (+res)": (a.hidden, a.intermediate, K.PRO_NONE),

@@ -522,8 +522,8 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 """
 
 # (warps a block, groups in flight a warp, splits, row blocks a warp, cp.async stages, persistent blocks an SM, row
-# tiles a block) tried per shape. Row blocks a warp = 0: the kernel int4_gemv (a block's warps share its row block's groups; splits > 1
-# split K over blocks, only where the output is added in place); > 0: int4_gemv_flat (a warp owns whole row blocks;
+# tiles a block) tried per shape. Row blocks a warp = 0: the kernel int4_gemv (a block's warps share its row block's
+# groups; splits > 1 split K over blocks, only where the output is added in place); > 0: int4_gemv_flat (a warp owns whole row blocks;
 # many rows). Stages > 0: int4_gemv streams its groups through a cp.async ring in shared memory (that many in flight a
 # warp) instead of `groups in flight` register buffers. Persistent p > 0 (register buffers only): p x SMs blocks
 # (over the splits) loop over the row blocks, the inputs staged once a block and the next row block's first groups
@@ -531,7 +531,8 @@ int4_gemv_flat(const uint4* __restrict__ W, const u32* __restrict__ S, const u32
 # not GLU, whose blocks always hold a gate and an up tile): t consecutive tiles share the block's staged inputs, its
 # warps split t ways by tile then by groups -- the inputs read from L2 and converted once for 16 t rows, not 16 (every
 # block of a 16-row tile reads all of its K slice: for q/k/v, o and down as many bytes again as ~45% of the weights)
-CONFIGS = [(*c, 1) for c in [(4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0, 0, 0), (8, 2, 1, 0, 0, 0), (8, 4, 1, 0, 0, 0),
+CONFIGS = [(*c, 1) for c in [
+           (4, 1, 1, 0, 0, 0), (4, 2, 1, 0, 0, 0), (8, 1, 1, 0, 0, 0), (8, 2, 1, 0, 0, 0), (8, 4, 1, 0, 0, 0),
            (16, 1, 1, 0, 0, 0), (16, 2, 1, 0, 0, 0), (4, 2, 2, 0, 0, 0), (8, 2, 2, 0, 0, 0), (8, 1, 4, 0, 0, 0),
            (8, 2, 4, 0, 0, 0), (4, 2, 4, 0, 0, 0), (8, 1, 8, 0, 0, 0), (4, 2, 1, 1, 0, 0), (8, 2, 1, 1, 0, 0),
            (4, 4, 1, 1, 0, 0), (4, 2, 1, 2, 0, 0), (8, 1, 1, 0, 4, 0), (8, 1, 1, 0, 6, 0), (4, 1, 1, 0, 8, 0),
@@ -754,11 +755,11 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
     out = []
     for cfg in CONFIGS:
         warps, ahead, split, flat, stages, persist, tiles = cfg
-        if tiles > 1 and (glu or flat or (n // F.TILE) % tiles or warps % tiles):
+        if _misfit(n, glu, split_ok, cfg):
             continue
         blocks = n // F.TILE // (2 if glu else tiles)
         slices = warps // (2 if glu else tiles)
-        if split > 1 and not split_ok or not flat and groups // split < slices:
+        if not flat and groups // split < slices:
             continue
         if flat and blocks < 4 * warps * flat:  # a flat grid needs row blocks for many warps
             continue
@@ -766,6 +767,19 @@ def configs_for(n: int, k: int, glu: bool, split_ok: bool) -> list[tuple]:
             continue
         out.append(cfg)
     return out or [(2 if glu else 1, 1, 1, 0, 0, 0, 1)]
+
+
+def _misfit(n: int, glu: bool, split_ok: bool, cfg: tuple) -> str | None:
+    """Why a launch config cannot compute this GEMV (None: it can), for tuning's candidates and for a given config
+    alike: split-K adds partial sums into an output that holds the residual or zeros (split_ok), without glu and not in
+    the flat kernel; row tiles a block divide the tiles and the warps, without glu or the flat kernel."""
+    warps, _, split, flat, _, _, tiles = cfg
+    if split > 1 and (not split_ok or flat):
+        return ("split-K adds partial sums into the output: it needs a residual (or a zeroed output), no glu, not the "
+                "flat kernel")
+    if tiles > 1 and (glu or flat or (n // F.TILE) % tiles or warps % tiles):
+        return f"{config_name(cfg)}: row tiles a block divide the tiles and the warps, without glu or flat"
+    return None
 
 
 def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, glu=False, config=None,
@@ -782,22 +796,19 @@ def gemv(words, x, y, *, scales, zeros, pro=0, norm_w=None, eps=1e-6, bias=None,
         x = x.float()
     kw = dict(scales=scales, zeros=zeros, n=n, k=k, pro=pro, norm_w=norm_w, eps=eps, bias=bias, glu=glu, acc=acc,
               pdl=pdl)
+    split_ok = acc and not glu  # the output holds the residual, or zeros (q/k/v: the attention zeroes it)
     config = config or FIXED
     if config is not None:
         config = check_config(config)
     if config is None:
         key = (words.device, n, k, pro, glu, acc, bias is not None, x.dtype, y.dtype, pdl)
         if key not in _BEST:
-            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, acc and not glu), kw)
+            _RANKED[key] = _tune(words, x, y, configs_for(n, k, glu, split_ok), kw)
             _BEST[key] = _RANKED[key][0]
         config = _BEST[key]
         _USED.add(key)
-    elif config[2] > 1 and not (acc and not glu) or config[2] > 1 and config[3]:
-        raise ValueError("split-K adds partial sums into the output: it needs a residual (or a zeroed output), no "
-                         "glu")
-    elif config[6] > 1 and (glu or config[3]) or (n // F.TILE) % config[6] or config[0] % config[6]:
-        raise ValueError(f"{config_name(config)}: row tiles a block divide the tiles and the warps, without glu or "
-                         "flat")
+    elif why := _misfit(n, glu, split_ok, config):
+        raise ValueError(why)
     global last_config
     last_config = config
     launch(words, x, y, config=config, **kw)
