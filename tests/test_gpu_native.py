@@ -273,3 +273,77 @@ def test_int4_cuda_gemv_is_replayable_in_a_graph_with_pdl():
     graph.replay()
     torch.cuda.synchronize()
     assert ((out - want).norm() / want.norm()).item() < 2e-3
+
+
+# ------------------------------------------------------------------------------- the cluster attention (one launch)
+@pytest.mark.parametrize("heads, kv", [(28, 4), (32, 8)])
+def test_cluster_attention_matches_its_reference(heads, kv):
+    """attn_cuda against ref_rope_kv + ref_attention at positions that end mid-tile, exactly on a tile, past one
+    iteration of every warp (2 x 16 x cluster x warps positions) and at ctx 16389; the new k and v written to the cache
+    at `pos` as the reference writes them and nothing else touched; with zero_qkv, q/k/v zeroed. Then 20 replays of
+    a CUDA graph (PDL as the step launches it) with the position advancing on the device between them."""
+    from floorline.native import attn_cuda
+    from floorline.native import kernels as K
+
+    dev = torch.device("cuda")
+    d, length = 128, 16400
+    why = attn_cuda.unavailable(dev, heads, kv, d, torch.bfloat16)
+    if why:
+        pytest.skip(why)
+    g = torch.Generator("cuda").manual_seed(0)
+    cos, sin = K.rope_tables(torch.rand(d // 2, device=dev, generator=g), length, 1.0, dev)
+    kc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    vc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    out = torch.empty(heads * d, device=dev)
+    span = 2 * 16 * attn_cuda.CLUSTER * attn_cuda.WARPS
+    for p in [0, 1, 15, 16, 17, 300, span - 1, span, span + 5, 2048, 2049, 3 * span + 7, 16389]:
+        qkv = torch.randn((heads + 2 * kv) * d, device=dev, generator=g) * 2
+        pos = torch.tensor([p], device=dev, dtype=torch.int32)
+        kr, vr = kc0.clone(), vc0.clone()
+        want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, pos, kr, vr, heads, kv, d), kr, vr, pos, d ** -0.5)
+        kc, vc = kc0.clone(), vc0.clone()
+        keep = qkv.clone()
+        got = attn_cuda.attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, out, zero_qkv=False)
+        err = ((got - want).norm() / want.norm()).item()
+        assert err < 1e-2, (p, err)
+        assert torch.equal(qkv, keep)
+        _same_cache(kc, kr, p)  # the new k, v at pos; the rest untouched
+        _same_cache(vc, vr, p)
+        attn_cuda.attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, out, zero_qkv=True)
+        assert torch.equal(out, got) and not qkv.any(), p
+    # in a graph with PDL, after a GEMV-like producer (qkv written by a kernel), the position advancing on the device
+    pdl = K._pdl_default()
+    qkv_src = torch.randn((heads + 2 * kv) * d, device=dev, generator=g)
+    qkv = torch.zeros_like(qkv_src)
+    pos = torch.tensor([1000], device=dev, dtype=torch.int32)
+    kc, vc = kc0.clone(), vc0.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=s):
+            qkv.add_(qkv_src)
+            attn_cuda.attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, out, zero_qkv=True, pdl=pdl)
+            pos.add_(1)
+    torch.cuda.current_stream().wait_stream(s)
+    kr, vr = kc0.clone(), vc0.clone()
+    for i in range(20):
+        p = torch.tensor([1000 + i], device=dev, dtype=torch.int32)
+        want = K.ref_attention(K.ref_rope_kv(qkv_src, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        err = ((out - want).norm() / want.norm()).item()
+        assert err < 1e-2 and not qkv.any(), (i, err)
+    assert int(pos.item()) == 1020
+    _same_cache(kc, kr, list(range(1000, 1020)))
+    _same_cache(vc, vr, list(range(1000, 1020)))
+
+
+def _same_cache(got, want, p):
+    """Equal everywhere but at the written position(s) p, where the kernel's rotation (fused multiply-adds) may round
+    the new k to the next bf16 value from torch's (the fp32 results differ in their last bits)."""
+    rest = torch.ones(got.shape[1], dtype=torch.bool, device=got.device)
+    rest[p] = False
+    assert torch.equal(got[:, rest], want[:, rest]), p
+    a, b = got[:, p].float(), want[:, p].float()
+    assert ((a - b).abs() <= b.abs() * 2 ** -7).all(), (p, (a - b).abs().max().item())
