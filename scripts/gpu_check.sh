@@ -40,7 +40,6 @@
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels, with each
 #               kernel's largest warp-stall reasons
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
-#     attn-cluster  attention in one launch (attn_cuda): its GPU test, bench rows, A/B against Triton in the step
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -200,32 +199,6 @@ for stage in "${stages[@]}"; do
           src=$PWD/src; [ $side = base ] && src=$base/src
           meds="$meds $side $(PYTHONPATH=$src${PYTHONPATH#$PWD/src} FLOORLINE_CACHE=/tmp/flc_$side cell \
             "$OUT/ab_$side.jsonl" "$OUT/ab_$side.log" --model $m --ctx $c --quant $q --mode native)"
-        done
-        echo "$cell:$meds ms"
-      done ;;
-    attn-cluster)  # attention in one launch (attn_cuda: a cluster a KV head): its GPU test, the bench's attention
-                   # rows (Triton's two launches beside it; qwen2.5-7b, llama-3.1-8b), then, if the test passed, the
-                   # native step with FLOORLINE_ATTN=triton and =cuda, one fresh process a cell, for each of
-                   # $ACL_CELLS ("model:quant:ctx" items); FLOORLINE_ATTN_CLUSTER / _WARPS pass through
-      timeout 200 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cluster_attention \
-        > "$OUT/pytest_cluster.log" 2>&1
-      ok=$?
-      grep -E "passed|failed|FAILED|Error|assert" "$OUT/pytest_cluster.log" | cut -c1-600 | head -20
-      for m in qwen2.5-7b llama-3.1-8b; do  # Triton's rows, then the cluster kernel's for each of $ACL_CONFIGS
-        for cw in ${ACL_CONFIGS:-16:4}; do
-          FLOORLINE_ATTN_CLUSTER=${cw%:*} FLOORLINE_ATTN_WARPS=${cw#*:} timeout 120 python3 -m floorline.native.bench \
-            --model $m --only attention --attn-ctx 2048,16384 > "$OUT/bench_attn_${m}_$cw.log" 2>&1
-          grep -E "^\| rope|not timed" "$OUT/bench_attn_${m}_$cw.log" | grep -E "${grep_triton:-.}"
-          grep_triton="one launch|not timed"
-        done
-        unset grep_triton
-      done
-      [ $ok -eq 0 ] && for cell in ${ACL_CELLS:-qwen2.5-7b:int4:2048 qwen2.5-7b:none:2048 llama-3.1-8b:int4:2048}; do
-        IFS=: read -r m q c <<< "$cell"
-        meds=""
-        for at in triton cuda; do
-          meds="$meds $at $(FLOORLINE_ATTN=$at cell "$OUT/acl_$at.jsonl" "$OUT/acl_$at.log" --model $m --ctx $c \
-            --quant $q --mode native)"
         done
         echo "$cell:$meds ms"
       done ;;

@@ -143,13 +143,6 @@ def main(argv=None) -> int:
                       for st in (1, 3) if t <= c and (st == 3 or t < c)]
         for chunk, tile, warps, stages in tiles:
             rows.append(_attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages))
-        from floorline.native import attn_cuda
-
-        why = attn_cuda.unavailable(dev, h, kv, d, torch.bfloat16)
-        if why is None:  # attention in one launch (the step's default where it builds)
-            rows.append(_attention_row(K, h, kv, d, ctx, dev, None, None, None, None, cluster=attn_cuda))
-        else:
-            print(f"cluster attention not timed: {why}")
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_gbps:.0f} GB/s measured; {a.name} shapes")
     print(f"PDL {K.pdl_name()}; per call: median of 20 replays of a graph of calls on distinct copies")
     print("| kernel | format | shape | config | us | MB | GB/s | % of copy bw | cuBLAS bf16 GB/s | rel err |")
@@ -241,9 +234,7 @@ def _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, json_path, triton_tiles: boo
 ATTN_TOLERANCE = 2e-2  # q and the probabilities go through bf16 tensor-core products
 
 
-def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages, cluster=None) -> dict:
-    """The Triton attention (two launches) at the given tiles, or with `cluster` (the attn_cuda module) the
-    attention in one launch; checked against the torch reference, then timed on distinct cache copies."""
+def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages) -> dict:
     nbytes = 2 * kv * ctx * d * 2
     qkv = torch.randn((h + 2 * kv) * d, device=dev)
     cos, sin = K.rope_tables(torch.rand(d // 2, device=dev), ctx + 64, 1.0, dev)
@@ -253,23 +244,15 @@ def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages, cluster=No
                torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16)) for _ in range(_copies(nbytes))]
     row = {"kernel": f"rope+kv+attention ctx {ctx}", "format": "bf16 KV", "shape": f"{h}q/{kv}kv x {d}",
            "bytes": nbytes, "cublas_gbps": None, "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps} s{sc.stages}"}
-
-    def call(c):
-        if cluster is not None:
-            return cluster.attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc.out, pdl=K._pdl_default())
-        return K.tri_attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc)
-
-    if cluster is not None:
-        row["config"] = f"one launch: cluster {cluster.CLUSTER} w{cluster.WARPS}"
     # checked before it is timed, on copies of the first cache: RoPE, the KV write and the attention
     kr, vr = caches[0][0].clone(), caches[0][1].clone()
     want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, pos, kr, vr, h, kv, d), kr, vr, pos, d ** -0.5)
-    got = call(caches[0]).clone()
+    got = K.tri_attention(qkv, cos, sin, pos, caches[0][0], caches[0][1], h, d ** -0.5, sc)
     row["rel_err"] = ((got - want).norm() / want.norm()).item()
     if not row["rel_err"] <= ATTN_TOLERANCE:
         wrong = f"WRONG (relative error {row['rel_err']:.1e})"
         return {**row, "us": float("nan"), "gbps": float("nan"), "config": wrong}
-    us = chain_us([lambda c=c: call(c) for c in caches])
+    us = chain_us([lambda c=c: K.tri_attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc) for c in caches])
     return {**row, "us": us, "gbps": nbytes / us / 1e3}
 
 

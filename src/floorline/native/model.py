@@ -15,7 +15,6 @@ Prefill runs plain torch (batched matmuls and SDPA, in chunks) into the same cac
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -72,14 +71,6 @@ class NativeModel:
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
-        # attention in one launch (attn_cuda: a cluster a KV head) where the GPU and the shapes allow it, unless
-        # FLOORLINE_ATTN=triton; else the Triton kernels' two launches (chunks, merge)
-        self.attn_cuda = None
-        if self.ops == "triton" and os.environ.get("FLOORLINE_ATTN", "cuda") == "cuda":
-            from floorline.native import attn_cuda
-
-            if attn_cuda.unavailable(dev, h, kv, d, self.embed.dtype) is None:
-                self.attn_cuda = attn_cuda
 
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, **kw):
@@ -93,9 +84,6 @@ class NativeModel:
     def _attention(self, i: int):
         """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
         kc, vc = self.k_cache[i], self.v_cache[i]
-        if self.attn_cuda is not None:
-            return self.attn_cuda.attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale,
-                                            self.attn.out, zero_qkv=self.qkv_acc, pdl=K._pdl_default())
         if self.ops == "triton":
             return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
                                    zero_qkv=self.qkv_acc)
