@@ -62,6 +62,18 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
   pdl_trigger(3);
 }
+// pdl_wait once the loads that produced `dep` have landed. Loads written before griddepcontrol.wait are not kept there:
+// ptxas hoists the wait (ACQBULK in SASS) above them (legal: a load made later), and in every int4_gemv config it
+// did, so the first weights were only requested once the previous kernel had finished. Guarding the wait with a
+// predicate computed from the loaded words (always true: a popcount is at most 32, K at least 128, which ptxas
+// cannot know) makes it wait for their data: they are in flight, and usually landed, while the previous kernel runs.
+__device__ __forceinline__ void pdl_wait_after(u32 dep, int k) {
+#if PDL
+  asm volatile("{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tpopc.b32 t, %0;\n\tsetp.lt.u32 p, t, %1;\n\t"
+               "@p griddepcontrol.wait;\n\t}" :: "r"(dep), "r"(k) : "memory");
+#endif
+  pdl_trigger(3);
+}
 __device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
   u32 r;
   asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
@@ -383,7 +395,12 @@ int4_gemv(const uint4* __restrict__ W, const u32* __restrict__ S, const u32* __r
   }
   AT(rb);
   LOADG(wa, sa, za, 0, 0);  // the first weights are in flight before the previous kernel is waited for
-  pdl_wait();
+  u32 dep = 0;
+#pragma unroll
+  for (int u = 0; u < U; u++)
+    if (u < mine) dep ^= wa[u][0].x ^ wa[u][0].y ^ wa[u][0].z ^ wa[u][0].w ^ wa[u][1].x ^ wa[u][1].y ^ wa[u][1].z ^
+                         wa[u][1].w ^ sa[u] ^ za[u];
+  pdl_wait_after(dep, K);
   stage_x(X, nr, K, eps, g0, ng, xs4, red + 2 * WARPS * 16, lane, warp);
   __syncthreads();
   // B's column 0 (lanes g = 0) is x's fp16 hi part, column 1 (g = 1) its lo part; the rest repeat hi; the warp's
