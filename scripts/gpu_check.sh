@@ -34,6 +34,7 @@
 #     recheck   the ctx-16384 agreement tests and explain of the native steps (int4 beside HF's graph mode, bf16):
 #               what the last session changed without a GPU left to check it
 #     final-min  the int4 step's GPU tests, records, kernel rows and agreement in one call of FINAL_BUDGET s
+#     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
 #     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
 #               per-kernel table, explain of native int4 and the GPU agreement tests (final-int4: int4 and bf16 at
 #               ctx 2048 only)
@@ -327,6 +328,15 @@ for stage in "${stages[@]}"; do
       [ $(left) -gt 70 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
         -k "agrees_with_hf_in_bf16 and int4" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" \
         | tee "$OUT/pytest_agree.log" ;;
+    final-last)  # what final-min leaves out, in the last minutes of a session: the SASS order test of the int4 GEMV's
+                 # first loads, llama-3.1-8b's int4 kernel rows, explain of qwen2.5-7b native int4 (each time-boxed)
+      timeout 40 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k first_weights > "$OUT/pytest_sass.log" 2>&1
+      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_sass.log" | cut -c1-300
+      timeout 60 python3 -m floorline.native.bench --model llama-3.1-8b --formats "int4 cuda" --attn-ctx 2048 \
+        --json "$OUT/native_bench_llama.json" > "$OUT/native_bench_llama.log" 2>&1; grep "|" "$OUT/native_bench_llama.log"
+      timeout 80 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant int4 \
+        --out "$OUT/explain_native_int4" > "$OUT/explain_native_int4.log" 2>&1
+      grep -E "native|int4_gemv|_gemv|attn|wall|busy|idle|excess" "$OUT/explain_native_int4.log" | tail -20 ;;
     native-check|native)
       python3 -m pytest -q -s -m gpu tests/test_gpu_native.py 2>&1 | tee "$OUT/pytest_native.log"
       python3 -m floorline.native.bench --json "$OUT/native_bench.json" 2>&1 | tee "$OUT/native_bench.log"

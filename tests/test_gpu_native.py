@@ -170,6 +170,33 @@ def _int4_case(n, k, seed=0):
     return F.pack(codes, s.bfloat16(), z.bfloat16(), "mma")
 
 
+@pytest.mark.parametrize("cfg, glu", [((16, 1, 14, 0, 0, 0, 16), 0), ((16, 1, 8, 0, 0, 0, 8), 0), ((8, 2, 1, 0, 0, 3), 1)])
+def test_int4_cuda_gemv_loads_its_first_weights_before_the_wait(cfg, glu, tmp_path):
+    """In the machine code (SASS) of int4_gemv, the first weight loads (128-bit, not allocated in L1) come before
+    griddepcontrol.wait (ACQBULK): ptxas hoists the wait above loads written before it unless it must wait for their
+    data (it did in every config until the wait was guarded by a predicate computed from the loaded words)."""
+    import subprocess
+    from pathlib import Path
+
+    import triton
+
+    from floorline.native import int4_cuda
+
+    major, minor = torch.cuda.get_device_capability()
+    if major < 9:
+        pytest.skip("griddepcontrol (programmatic dependent launch) needs compute capability 9.0")
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        pytest.skip(f"no cuobjdump at {tool}")
+    flags = int4_cuda._flags(pro=1, glu=glu, bias=1 - glu, acc=1 - glu, atomic=int(cfg[2] > 1), pdl=3, xpt=1)
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(int4_cuda.compile_source(flags, cfg, f"sm_{major}{minor}"))
+    sass = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    body = sass.split("Function : int4_gemv\n", 1)[1].split("Function :", 1)[0]
+    before = body.split("ACQBULK", 1)[0]
+    assert "ACQBULK" in body and before.count("LDG.E.NA") >= 2, before[-2000:]
+
+
 @pytest.mark.parametrize("n, k", [(4608, 3584), (512, 1024), (3584, 18944)])
 @pytest.mark.parametrize("pro, glu, bias, res, split", [(0, False, False, False, 1), (1, False, True, False, 1),
                                                         (1, True, False, False, 1), (0, False, False, True, 1),
