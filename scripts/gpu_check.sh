@@ -41,6 +41,7 @@
 #     int4-ncu, attn-ncu  Nsight Compute on the int4 CUDA GEMV (NCU_CONFIGS) and on the attention kernels, with each
 #               kernel's largest warp-stall reasons
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
+#     attn-cuda  the CUDA attention chunks (attn_cuda): GPU tests, bench rows beside Triton's, A/B in the step
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -188,6 +189,30 @@ for stage in "${stages[@]}"; do
         grep -E "^  _attn|DRAM Throughput|Duration|Registers Per|Achieved Occupancy|Grid Size|No Eligible|dram__bytes" \
           "$OUT/ncu_attn_$c.txt" | head -24
         ncu_stalls "$OUT/ncu_attn_$c.txt"
+      done ;;
+    attn-cuda)  # issue #14: the attention's chunks by attn_cuda (CUDA C++, NVRTC) against Triton's: its GPU tests
+                # (every position class, graph replays with PDL, SASS load order), the bench's attention rows of both
+                # models at ctx 2048 and 16384 (Triton's default, CUDA's default and, for $ACU_SWEEP_MODELS, its warps
+                # x chunk sweep), then,
+                # if the tests passed, the native step with FLOORLINE_ATTN=triton and =cuda, one fresh process a cell,
+                # for each of $ACU_CELLS ("model:quant:ctx" items)
+      timeout 240 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention > "$OUT/pytest_acu.log" 2>&1
+      ok=$?
+      grep -E "passed|failed|FAILED|Error|assert" "$OUT/pytest_acu.log" | cut -c1-400 | head -20
+      for m in qwen2.5-7b llama-3.1-8b; do
+        sweep=""; [[ " ${ACU_SWEEP_MODELS:-qwen2.5-7b} " == *" $m "* ]] && sweep="--attn-sweep cuda"
+        timeout 150 python3 -m floorline.native.bench --model $m --only attention --attn-ctx 2048,16384 $sweep \
+          --json "$OUT/bench_acu_$m.json" > "$OUT/bench_acu_$m.log" 2>&1
+        grep -E "^\| rope|not timed|Error" "$OUT/bench_acu_$m.log" | awk -F'|' '{print $2 "|" $5 "|" $6 "|" $9 "|" $11}'
+      done
+      [ $ok -eq 0 ] && for cell in ${ACU_CELLS:-qwen2.5-7b:none:16384 llama-3.1-8b:none:16384 qwen2.5-7b:none:2048}; do
+        IFS=: read -r m q c <<< "$cell"
+        meds=""
+        for at in triton cuda; do
+          meds="$meds $at $(FLOORLINE_ATTN=$at cell "$OUT/acu_$at.jsonl" "$OUT/acu_$at.log" --model $m --ctx $c \
+            --quant $q --mode native)"
+        done
+        echo "$cell:$meds ms"
       done ;;
     native-ab)  # a change A/B'd on the native steps: the sources in $AB_BASE (default out/ab_base: `git archive REV src |
                 # tar -x -C out/ab_base`, carried) against these, one fresh process a cell, base then new for each cell

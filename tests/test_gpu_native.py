@@ -300,3 +300,101 @@ def test_int4_cuda_gemv_is_replayable_in_a_graph_with_pdl():
     graph.replay()
     torch.cuda.synchronize()
     assert ((out - want).norm() / want.norm()).item() < 2e-3
+
+
+# --------------------------------------------------------------------------- the CUDA attention chunks (attn_cuda)
+@pytest.mark.parametrize("heads, kv", [(28, 4), (32, 8)])
+@pytest.mark.parametrize("warps, chunk", [(4, 128), (4, 256), (2, 64), (8, 512)])
+def test_cuda_attention_chunks_match_the_reference(heads, kv, warps, chunk):
+    """tri_attention with attn_cuda's chunks (and the Triton merge) against ref_rope_kv + ref_attention at positions
+    0, 1, mid-tile, on tile and chunk edges, past a warp's first two tiles and at ctx 16389; the new k and v written
+    to the cache at `pos` as the reference writes them and nothing else touched; with zero_qkv, q/k/v zeroed. Then 20
+    replays of a CUDA graph (PDL as the step launches it) after a kernel that writes q/k/v, the position advancing on
+    the device between them."""
+    from floorline.native import attn_cuda
+    from floorline.native import kernels as K
+
+    dev = torch.device("cuda")
+    d, length = 128, 16400
+    why = attn_cuda.unavailable(dev, heads, kv, d, torch.bfloat16)
+    if why:
+        pytest.skip(why)
+    g = torch.Generator("cuda").manual_seed(0)
+    cos, sin = K.rope_tables(torch.rand(d // 2, device=dev, generator=g), length, 1.0, dev)
+    kc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    vc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    sc = K.AttnScratch(heads, kv, d, length, dev, chunk=chunk, warps=warps, backend="cuda")
+    span = 2 * 16 * warps
+    for p in [0, 1, 15, 16, 17, 300, span - 1, span, span + 5, chunk - 1, chunk, chunk + 1, 3 * chunk + 7, 2048,
+              2049, 16389]:
+        qkv = torch.randn((heads + 2 * kv) * d, device=dev, generator=g) * 2
+        pos = torch.tensor([p], device=dev, dtype=torch.int32)
+        kr, vr = kc0.clone(), vc0.clone()
+        want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, pos, kr, vr, heads, kv, d), kr, vr, pos, d ** -0.5)
+        kc, vc = kc0.clone(), vc0.clone()
+        keep = qkv.clone()
+        got = K.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, sc).clone()
+        err = ((got - want).norm() / want.norm()).item()
+        assert err < 1e-2, (p, err)
+        assert torch.equal(qkv, keep)
+        _same_cache(kc, kr, p)  # the new k, v at pos; the rest untouched
+        _same_cache(vc, vr, p)
+        K.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, sc, zero_qkv=True)
+        assert torch.equal(sc.out, got) and not qkv.any(), p
+    qkv_src = torch.randn((heads + 2 * kv) * d, device=dev, generator=g)
+    qkv = torch.zeros_like(qkv_src)
+    pos = torch.tensor([1000], device=dev, dtype=torch.int32)
+    kc, vc = kc0.clone(), vc0.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=s):
+            qkv.add_(qkv_src)
+            K.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, sc, zero_qkv=True)
+            pos.add_(1)
+    torch.cuda.current_stream().wait_stream(s)
+    kr, vr = kc0.clone(), vc0.clone()
+    for i in range(20):
+        p = torch.tensor([1000 + i], device=dev, dtype=torch.int32)
+        want = K.ref_attention(K.ref_rope_kv(qkv_src, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        err = ((sc.out - want).norm() / want.norm()).item()
+        assert err < 1e-2 and not qkv.any(), (i, err)
+    assert int(pos.item()) == 1020
+    _same_cache(kc, kr, list(range(1000, 1020)))
+    _same_cache(vc, vr, list(range(1000, 1020)))
+
+
+def _same_cache(got, want, p):
+    """Equal everywhere but at the written position(s) p, where the kernel's rotation (fused multiply-adds) may round
+    the new k to the next bf16 value from torch's (the fp32 results differ in their last bits)."""
+    rest = torch.ones(got.shape[1], dtype=torch.bool, device=got.device)
+    rest[p] = False
+    assert torch.equal(got[:, rest], want[:, rest]), p
+    a, b = got[:, p].float(), want[:, p].float()
+    assert ((a - b).abs() <= b.abs() * 2 ** -7).all(), (p, (a - b).abs().max().item())
+
+
+def test_cuda_attention_loads_its_first_tiles_before_the_wait(tmp_path):
+    """In the SASS of attn_chunk, every load of a warp's first two KV tiles (16 of K and V each, 128-bit, not
+    allocated in L1) comes before griddepcontrol.wait (ACQBULK), as int4_gemv's first weights do."""
+    import subprocess
+    from pathlib import Path
+
+    import triton
+
+    from floorline.native import attn_cuda
+
+    major, minor = torch.cuda.get_device_capability()
+    if major < 9:
+        pytest.skip("griddepcontrol (programmatic dependent launch) needs compute capability 9.0")
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        pytest.skip(f"no cuobjdump at {tool}")
+    cubin = tmp_path / "a.cubin"
+    cubin.write_bytes(attn_cuda.compile_source(attn_cuda._defines(28, 4, 4, 256, 65, 16, 3), f"sm_{major}{minor}"))
+    sass = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    before = sass.split("ACQBULK", 1)[0]
+    assert "ACQBULK" in sass and before.count("LDG.E.NA") >= 32, before[-2000:]

@@ -331,6 +331,38 @@ def test_the_attention_chunk_override_fixes_it_or_says_which_values_it_takes(mon
         K.attn_chunk_len(16384, 4, 132)
 
 
+def test_the_cuda_attention_chunk_fills_the_gpu_at_most_twice_and_its_override_is_checked(monkeypatch):
+    """attn_cuda.config: 4 warps, the smallest chunk of 128..512 positions with at most two (chunk, kv head) CTAs an
+    SM; FLOORLINE_ATTN_CUDA="warps,chunk" fixes both, a bad value is a one-line error naming the values."""
+    from floorline.errors import UserError
+    from floorline.native import attn_cuda
+
+    monkeypatch.delenv("FLOORLINE_ATTN_CUDA", raising=False)
+    assert attn_cuda.config(2048, 4, 132) == (4, 128)  # 4 kv heads x 16 chunks
+    assert attn_cuda.config(16384, 4, 132) == (4, 256)  # 4 x 64 CTAs: 256 <= 264
+    assert attn_cuda.config(16384, 8, 132) == (4, 512)  # 8 x 32
+    assert attn_cuda.config(10 ** 6, 8, 132) == (4, 512)  # the most
+    monkeypatch.setenv("FLOORLINE_ATTN_CUDA", "8,256")
+    assert attn_cuda.config(2048, 4, 132) == (8, 256)
+    for bad in ("8,64", "3,128", "4", "4,100"):
+        monkeypatch.setenv("FLOORLINE_ATTN_CUDA", bad)
+        with pytest.raises(UserError, match="warps 2, 4 or 8"):
+            attn_cuda.config(2048, 4, 132)
+
+
+def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_values(monkeypatch):
+    """FLOORLINE_ATTN: auto (the default) or cuda pick the CUDA chunk kernel only on a CUDA GPU; on the CPU the Triton
+    kernels (interpreter) serve; cuda where it cannot build and an unknown value are one-line errors."""
+    from floorline.errors import UserError
+
+    monkeypatch.delenv("FLOORLINE_ATTN", raising=False)
+    assert K.attn_backend("cpu", 28, 4, 128, torch.bfloat16) == "triton"
+    assert K.AttnScratch(28, 4, 128, 300, "cpu").backend == "triton"
+    monkeypatch.setenv("FLOORLINE_ATTN", "fast")
+    with pytest.raises(UserError, match="auto, cuda or triton"):
+        K.attn_backend("cpu", 28, 4, 128, torch.bfloat16)
+
+
 def _fake_step(monkeypatch, ms_of):
     """timing.state_replay_ms replaced by `ms_of()` (what the current choices would cost): the step tuners' selection
     logic without a GPU. Returns the list of the trials' times."""

@@ -66,8 +66,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen2.5-7b")
     p.add_argument("--json", default=None, help="also write the rows here")
-    p.add_argument("--attn-sweep", action="store_true",
-                   help="also time attention over chunk x tile x warps x pipeline stages")
+    p.add_argument("--attn-sweep", nargs="?", const="all", choices=("all", "triton", "cuda"), default=None,
+                   help="also time attention over its launch parameters: Triton's chunk x tile x warps x pipeline "
+                        "stages, the CUDA chunk kernel's warps x chunk, or both (all, the default)")
     p.add_argument("--gemv-sweep", action="store_true",
                    help="time every int4 GEMV launch config (CUDA) and, with --triton-tiles, every Triton tile of "
                         "GEMV_SWEEP on each shape (and HF's unfused q, k, gate) instead")
@@ -138,11 +139,21 @@ def main(argv=None) -> int:
     attn_ctxs = [int(c) for c in args.attn_ctx.split(",")]
     for ctx in attn_ctxs if args.only is None or "attention" in args.only.split(",") else ():
         tiles = [(None, None, None, None)]  # the defaults, then (with --attn-sweep) chunk x tile x warps x stages
-        if args.attn_sweep:
+        if args.attn_sweep in ("all", "triton"):
             tiles += [(c, t, w, st) for c in (64, 128, 256, 512) for t in (64, 128) for w in (4, 8)
                       for st in (1, 3) if t <= c and (st == 3 or t < c)]
         for chunk, tile, warps, stages in tiles:
-            rows.append(_attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages))
+            rows.append(_attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages, "triton"))
+        # the CUDA chunk kernel (attn_cuda) at its default, then (--attn-sweep) warps x chunk
+        from floorline.native import attn_cuda
+
+        why = attn_cuda.unavailable(dev, h, kv, d, torch.bfloat16)
+        cuda = [(None, None)] + ([(c, w) for w in attn_cuda.WARPS for c in (64, 128, 256, 512) if c >= 16 * w]
+                                 if args.attn_sweep in ("all", "cuda") else [])
+        for chunk, warps in cuda if why is None else ():
+            rows.append(_attention_row(K, h, kv, d, ctx, dev, chunk, None, warps, None, "cuda"))
+        if why is not None:
+            print(f"CUDA attention not timed: {why}")
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy_gbps:.0f} GB/s measured; {a.name} shapes")
     print(f"PDL {K.pdl_name()}; per call: median of 20 replays of a graph of calls on distinct copies")
     print("| kernel | format | shape | config | us | MB | GB/s | % of copy bw | cuBLAS bf16 GB/s | rel err |")
@@ -234,16 +245,19 @@ def _gemv_sweep(K, int4, shapes, a, dev, copy_gbps, json_path, triton_tiles: boo
 ATTN_TOLERANCE = 2e-2  # q and the probabilities go through bf16 tensor-core products
 
 
-def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages) -> dict:
+def _attention_row(K, h, kv, d, ctx, dev, chunk, tile, warps, stages, backend) -> dict:
+    """The attention (chunks by `backend`'s kernel, then the merge) at the given launch parameters; checked against
+    the torch reference, then timed on distinct cache copies."""
     nbytes = 2 * kv * ctx * d * 2
     qkv = torch.randn((h + 2 * kv) * d, device=dev)
     cos, sin = K.rope_tables(torch.rand(d // 2, device=dev), ctx + 64, 1.0, dev)
     pos = torch.tensor([ctx - 1], device=dev, dtype=torch.int32)
-    sc = K.AttnScratch(h, kv, d, ctx + 64, dev, chunk=chunk, tile=tile, warps=warps, stages=stages)
+    sc = K.AttnScratch(h, kv, d, ctx + 64, dev, chunk=chunk, tile=tile, warps=warps, stages=stages,
+                       backend=backend)
     caches = [(torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16),
                torch.randn(kv, ctx + 64, d, device=dev, dtype=torch.bfloat16)) for _ in range(_copies(nbytes))]
     row = {"kernel": f"rope+kv+attention ctx {ctx}", "format": "bf16 KV", "shape": f"{h}q/{kv}kv x {d}",
-           "bytes": nbytes, "cublas_gbps": None, "config": f"chunk {sc.chunk} tile {sc.tile} w{sc.warps} s{sc.stages}"}
+           "bytes": nbytes, "cublas_gbps": None, "config": sc.name()}
     # checked before it is timed, on copies of the first cache: RoPE, the KV write and the attention
     kr, vr = caches[0][0].clone(), caches[0][1].clone()
     want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, pos, kr, vr, h, kv, d), kr, vr, pos, d ** -0.5)

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from floorline.native import int4_format as F
+from floorline.native import nvrtc
 
 SOURCE = r"""
 typedef unsigned int u32;
@@ -572,16 +573,6 @@ CONFIGS = [(*c, 1) for c in [
     (8, 2, 4, 0, 0, 0, 4), (8, 1, 4, 0, 0, 0, 4), (8, 1, 2, 0, 0, 0, 2), (16, 1, 2, 0, 0, 0, 8)]
 
 
-class _LaunchAttr(ctypes.Structure):
-    # CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte union (ints: a c_char array field would read as a copy)
-    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_int * 16)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttr)), ("nattrs", ctypes.c_uint)]
-
-
 # how the zero point is taken off: "sub" (a packed fp16 subtraction a fragment pair; exact codes, relative
 # error ~3e-7 on the H200), "sum" (codes as 1024 + c, the offset taken off once per group and row from the group's
 # input sum: four fewer instructions a code word, relative error ~1e-4; measured on the H200 no faster per step:
@@ -591,7 +582,6 @@ class _LaunchConfig(ctypes.Structure):
 # against 22.6; results/h200/int4/zero_point)
 ZERO_POINTS = {"sub": 0, "sum": 1, "subnormal": 2}
 ZERO_POINT = os.environ.get("FLOORLINE_INT4_ZERO", "subnormal")
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -626,38 +616,12 @@ def compile_source(flags: tuple, config: tuple, arch: str) -> bytes:
     defines = dict(STAGES=stages, PERSIST=int(len(config) > 5 and config[5] > 0), WARPS=warps,
                    RT=2 if glu else tiles, U=ahead, PRO=pro, GLU=glu, BIAS=bias, ACC=acc, ATOMIC=atomic, XBF16=xbf16,
                    YBF16=ybf16, PDL=pdl, SUMZ=ZERO_POINTS[ZERO_POINT], XPT=xpt)
-    opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
-                                                                             defines.items()]
-    nvrtc = torch.cuda._utils._get_gpu_rtc_library()
-    prog = ctypes.c_void_p()
-    _nvrtc_ok(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), SOURCE.encode(), b"int4_gemv.cu", 0, None, None))
-    try:
-        arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-        if nvrtc.nvrtcCompileProgram(prog, len(opts), arr) != 0:
-            size = ctypes.c_size_t()
-            nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            log = ctypes.create_string_buffer(size.value)
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise RuntimeError(f"NVRTC failed for {defines}:\n{log.value.decode()}")
-        size = ctypes.c_size_t()
-        _nvrtc_ok(nvrtc, nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size)))
-        cubin = ctypes.create_string_buffer(size.value)
-        _nvrtc_ok(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin))
-        return cubin.raw
-    finally:
-        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
-
-
-def _nvrtc_ok(nvrtc, code: int) -> None:
-    if code != 0:
-        nvrtc.nvrtcGetErrorString.restype = ctypes.c_char_p
-        raise RuntimeError(f"NVRTC error {code}: {nvrtc.nvrtcGetErrorString(code)}")
+    return nvrtc.compile_cubin(SOURCE, "int4_gemv.cu", defines, arch)
 
 
 def cache_dir() -> Path:
-    """Where compiled cubins are kept across processes (each run cell is a fresh one): $FLOORLINE_CACHE or
-    ~/.cache/floorline, under int4_cuda/."""
-    return Path(os.environ.get("FLOORLINE_CACHE") or Path.home() / ".cache" / "floorline") / "int4_cuda"
+    """Where compiled cubins are kept across processes: nvrtc.cache_dir()'s int4_cuda/."""
+    return nvrtc.cache_dir() / "int4_cuda"
 
 
 def _cubin(flags: tuple, config: tuple, arch: str) -> bytes:
@@ -665,20 +629,7 @@ def _cubin(flags: tuple, config: tuple, arch: str) -> bytes:
     NVRTC library (a changed source or toolkit compiles anew)."""
     key = hashlib.sha256(repr((SOURCE, ZERO_POINT, flags, config, arch, torch.version.cuda)).encode()
                          ).hexdigest()
-    path = cache_dir() / f"{key[:32]}.cubin"
-    try:
-        return path.read_bytes()
-    except OSError:
-        pass
-    cubin = compile_source(flags, config, arch)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(cubin)
-        os.replace(tmp, path)  # atomic: concurrent processes never read half a file
-    except OSError:
-        pass  # a read-only home: compile every time
-    return cubin
+    return nvrtc.cached(cache_dir() / f"{key[:32]}.cubin", lambda: compile_source(flags, config, arch))
 
 
 @functools.lru_cache(maxsize=None)
@@ -724,36 +675,20 @@ def launch(words, x, y, *, scales, zeros, n: int, k: int, config: tuple, pro=0, 
     ptrs = [ctypes.c_void_p(t.data_ptr()) if t is not None else dummy
             for t in (words, scales, zeros, x, norm_w, bias, y)]
     vals = ptrs + [ctypes.c_int(n), ctypes.c_int(k), ctypes.c_float(eps)]
-    args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     blocks = n // F.TILE // (2 if glu else tiles)  # row blocks: tiles, gate/up tile pairs, or `tiles` tiles
-    cfg = _LaunchConfig()
     if flat:
         gx = -(-blocks // (warps * flat))
     elif persist:  # persistent: p blocks an SM over the splits, each looping over row blocks
         gx = min(blocks, max(1, persist * _sms(dev) // split))
     else:
         gx = blocks
-    cfg.grid[:] = (gx, split, 1)
-    cfg.block[:] = (warps * 32, 1, 1)
-    cfg.shared = smem
-    cfg.stream = torch.cuda.current_stream(words.device).cuda_stream
-    attr = _LaunchAttr()
-    if pdl:
-        attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value[0] = 1  # programmaticStreamSerializationAllowed
-        cfg.attrs, cfg.nattrs = ctypes.pointer(attr), 1
-    torch.cuda._utils._check_cuda(_libcuda().cuLaunchKernelEx(ctypes.byref(cfg), kern.func, args, None))
+    nvrtc.launch(kern.func, (gx, split, 1), warps * 32, smem, torch.cuda.current_stream(words.device).cuda_stream,
+                 vals, pdl=bool(pdl))
 
 
 @functools.lru_cache(maxsize=None)
 def _sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-@functools.lru_cache(maxsize=None)
-def _libcuda():
-    """The driver library, loaded once (eager modes launch the GEMV once per matrix per step)."""
-    return torch.cuda._utils._get_gpu_runtime_library()
 
 
 _BEST: dict = {}  # (device, shape, switches) -> the tuned config

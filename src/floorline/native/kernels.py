@@ -599,20 +599,51 @@ def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
     return c
 
 
+def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype) -> str:
+    """Which kernel computes the attention's chunks: "cuda" (attn_cuda, where the GPU and shapes allow it) or "triton";
+    FLOORLINE_ATTN=triton|cuda|auto (auto, the default: cuda where it builds). The merge is Triton's either way."""
+    want = os.environ.get("FLOORLINE_ATTN", "auto")
+    if want not in ("auto", "cuda", "triton"):
+        from floorline.errors import UserError
+
+        raise UserError(f"FLOORLINE_ATTN={want!r}: use auto, cuda or triton (the attention's chunk kernel)")
+    if want == "triton" or INTERPRET or torch.device(device).type != "cuda":
+        return "triton"
+    from floorline.native import attn_cuda
+
+    why = attn_cuda.unavailable(torch.device(device), heads, kv_heads, head_dim, dtype)
+    if why is None:
+        return "cuda"
+    if want == "cuda":
+        from floorline.errors import UserError
+
+        raise UserError(f"FLOORLINE_ATTN=cuda: {why}; use FLOORLINE_ATTN=triton or auto")
+    return "triton"
+
+
 class AttnScratch:
-    """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep. The chunk
-    (positions per program), tile (positions per inner step), warps and pipeline stages of the tile loop default to
-    attn_chunk_len's, ATTN_BL, 8 warps and ATTN_STAGES."""
+    """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep, and the
+    chunk kernel's launch parameters. Triton: the chunk (positions per program), tile (positions per inner step),
+    warps and pipeline stages of the tile loop default to attn_chunk_len's, ATTN_BL, 8 warps and ATTN_STAGES. CUDA
+    (backend "cuda", attn_backend's choice by default): warps and chunk default to attn_cuda.config's."""
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int | None = None,
-                 tile: int | None = None, warps: int | None = None, stages: int | None = None):
+                 tile: int | None = None, warps: int | None = None, stages: int | None = None,
+                 dtype=torch.bfloat16, backend: str | None = None):
         device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        self.chunk = chunk or (ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms))
+        self.backend = backend or attn_backend(device, heads, kv_heads, head_dim, dtype)
+        if self.backend == "cuda":
+            from floorline.native import attn_cuda
+
+            w, c = attn_cuda.config(length, kv_heads, sms)
+            self.chunk, self.warps = chunk or c, warps or w
+        else:
+            self.chunk = chunk or (ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms))
+            self.warps = warps or 8  # measured on the H200 (bench --attn-sweep: 7.1 us against 8.0 with 4 at ctx 2048)
         self.tile = min(tile or ATTN_BL, self.chunk)
-        self.warps = warps or 8  # measured on the H200 (bench --attn-sweep: 7.1 us against 8.0 with 4 at ctx 2048)
         self.stages = stages or ATTN_STAGES
         self.nchunk = -(-length // self.chunk)
         shape = (kv_heads, self.nchunk, self.gp)
@@ -621,18 +652,30 @@ class AttnScratch:
         self.o = torch.empty(*shape, head_dim, device=device, dtype=torch.float32)
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
 
+    def name(self) -> str:
+        if self.backend == "cuda":
+            return f"cuda chunk {self.chunk} w{self.warps}"
+        return f"chunk {self.chunk} tile {self.tile} w{self.warps} s{self.stages}"
+
 
 def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
-    positions 0..pos: the Triton twin of ref_rope_kv then ref_attention. Two launches; with zero_qkv the second
-    also zeroes qkv (fp32) once it is read."""
+    positions 0..pos: the GPU twin of ref_rope_kv then ref_attention. Two launches: the chunks (Triton's _attn_chunk
+    or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv (fp32) once it
+    is read."""
     kv_heads, _, d = k_cache.shape
     pdl = _pdl_default()
-    _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l, scratch.o,
-                                            scale, k_cache.stride(0), scratch.nchunk, H=heads, KVH=kv_heads,
-                                            G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk, BL=scratch.tile,
-                                            DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages, num_warps=scratch.warps,
-                                            **_launch(pdl))
+    if scratch.backend == "cuda":
+        from floorline.native import attn_cuda
+
+        attn_cuda.chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.m, scratch.l, scratch.o,
+                         scratch.warps, scratch.chunk, pdl)
+    else:
+        _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
+                                                scratch.o, scale, k_cache.stride(0), scratch.nchunk, H=heads,
+                                                KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
+                                                BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
+                                                num_warps=scratch.warps, **_launch(pdl))
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
     _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),
                           G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,

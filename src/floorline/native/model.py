@@ -67,7 +67,8 @@ class NativeModel:
         self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
         self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
-        self.attn = K.AttnScratch(h, kv, d, self.max_len, dev) if self.ops == "triton" else None
+        self.attn = (K.AttnScratch(h, kv, d, self.max_len, dev, dtype=self.embed.dtype) if self.ops == "triton"
+                     else None)
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"

@@ -38,6 +38,7 @@ class Native(Runtime):
         from floorline.native import kernels as K
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
+                "native_attn": self.net.attn.name(),
                 "native_int4_configs": int4_cuda.tuned() or None,
                 "native_int4_step_tuning": int4_cuda.last_step_tuning or None,
                 "native_triton_step_tuning": K.last_step_tuning or None}
