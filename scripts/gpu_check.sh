@@ -192,25 +192,38 @@ for stage in "${stages[@]}"; do
       done ;;
     attn-cuda)  # issue #14: the attention's chunks by attn_cuda (CUDA C++, NVRTC) against Triton's: its GPU tests
                 # (every position class, graph replays with PDL, SASS load order), the bench's attention rows of both
-                # models at ctx 2048 and 16384 (Triton's default, CUDA's default and, for $ACU_SWEEP_MODELS, its warps
-                # x chunk sweep), then,
-                # if the tests passed, the native step with FLOORLINE_ATTN=triton and =cuda, one fresh process a cell,
-                # for each of $ACU_CELLS ("model:quant:ctx" items)
-      timeout 240 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention > "$OUT/pytest_acu.log" 2>&1
-      ok=$?
-      grep -E "passed|failed|FAILED|Error|assert" "$OUT/pytest_acu.log" | cut -c1-400 | head -20
-      for m in qwen2.5-7b llama-3.1-8b; do
-        sweep=""; [[ " ${ACU_SWEEP_MODELS:-qwen2.5-7b} " == *" $m "* ]] && sweep="--attn-sweep cuda"
-        timeout 150 python3 -m floorline.native.bench --model $m --only attention --attn-ctx 2048,16384 $sweep \
-          --json "$OUT/bench_acu_$m.json" > "$OUT/bench_acu_$m.log" 2>&1
-        grep -E "^\| rope|not timed|Error" "$OUT/bench_acu_$m.log" | awk -F'|' '{print $2 "|" $5 "|" $6 "|" $9 "|" $11}'
+                # models at $ACU_CTX (default 2048,16384: Triton's default, CUDA's default and, for
+                # $ACU_SWEEP_MODELS, its warps x chunk sweep), once for each of $ACU_BENCH_ENVS (space-separated
+                # sides, each a +-separated list of VAR=value, "-" for none; set and empty: no bench), then, if the
+                # tests passed (ACU_TESTS=0 skips them), the native step for each side of $ACU_SIDES (default
+                # FLOORLINE_ATTN=triton and =cuda), one fresh process a cell, for each of $ACU_CELLS
+                # ("model:quant:ctx" items)
+      ok=0
+      if [ "${ACU_TESTS:-1}" != 0 ]; then
+        timeout 240 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention \
+          > "$OUT/pytest_acu.log" 2>&1
+        ok=$?
+        grep -E "passed|failed|FAILED|Error|assert" "$OUT/pytest_acu.log" | cut -c1-400 | head -20
+      fi
+      for side in ${ACU_BENCH_ENVS--}; do
+        envs=${side//+/ }; [ "$side" = - ] && envs=""
+        for m in qwen2.5-7b llama-3.1-8b; do
+          sweep=""; [[ " ${ACU_SWEEP_MODELS:-qwen2.5-7b} " == *" $m "* ]] && sweep="--attn-sweep cuda"
+          echo "bench $m $side"
+          ([ -n "$envs" ] && export $envs; timeout 150 python3 -m floorline.native.bench --model $m --only attention \
+            --attn-ctx ${ACU_CTX:-2048,16384} $sweep --json "$OUT/bench_acu_${m}_${side//[=,+]/_}.json" \
+            > "$OUT/bench_acu_${m}_${side//[=,+]/_}.log" 2>&1)
+          grep -E "^\| rope|not timed|Error" "$OUT/bench_acu_${m}_${side//[=,+]/_}.log" \
+            | awk -F'|' '{print $2 "|" $5 "|" $6 "|" $9 "|" $11}'
+        done
       done
       [ $ok -eq 0 ] && for cell in ${ACU_CELLS:-qwen2.5-7b:none:16384 llama-3.1-8b:none:16384 qwen2.5-7b:none:2048}; do
         IFS=: read -r m q c <<< "$cell"
         meds=""
-        for at in triton cuda; do
-          meds="$meds $at $(FLOORLINE_ATTN=$at cell "$OUT/acu_$at.jsonl" "$OUT/acu_$at.log" --model $m --ctx $c \
-            --quant $q --mode native)"
+        for side in ${ACU_SIDES:-FLOORLINE_ATTN=triton FLOORLINE_ATTN=cuda}; do
+          tag=${side//[=,+]/_}
+          meds="$meds | $side $(export ${side//+/ }; cell "$OUT/acu_$tag.jsonl" "$OUT/acu_$tag.log" --model $m \
+            --ctx $c --quant $q --mode native)"
         done
         echo "$cell:$meds ms"
       done ;;

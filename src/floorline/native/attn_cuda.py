@@ -104,6 +104,21 @@ __device__ __forceinline__ void load_tile(Tile& a, const u16* kb, const u16* vb,
   }
 }
 
+// the L2 asked for a later tile's rows (the lane's part of load_tile's), no registers held: with PF, before the wait,
+// for every tile of the warp past the two in registers, so the chunk's bytes are in flight from the start
+__device__ __forceinline__ void prefetch_tile(const u16* kb, const u16* vb, int t, int tend, int pos, int r4, int t4) {
+  if (t >= tend) return;
+  const u16* k0 = kb + (long long)min(t * 16 + r4, pos - 1) * D + t4 * 32;
+  const u16* k1 = kb + (long long)min(t * 16 + 8 + r4, pos - 1) * D + t4 * 32;
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(k0));
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(k1));
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const u16* v = vb + (long long)min(t * 16 + 2 * t4 + (i & 1) + (i >> 1) * 8, pos - 1) * D + r4 * 16;
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(v));
+  }
+}
+
 // the online softmax of one tile: m, l (query head lane/4; l this lane's share), o (O^T fragments: dims
 // (lane/4)16 + 2mb (+1 for o[mb][2..3]), query heads 2(lane%4) (+1 for o[mb][1], o[mb][3]))
 __device__ __forceinline__ void attend(const Tile& a, const u32* q, int t, int pos, int lane, float& m, float& l,
@@ -173,6 +188,9 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   Tile A = {}, B = {};
   load_tile(A, kb, vb, ta, tend, pos, r4, t4);  // before the wait: written by earlier steps
   load_tile(B, kb, vb, ta + W, tend, pos, r4, t4);
+#if PF
+  for (int t = ta + 2 * W; t < tend; t += W) prefetch_tile(kb, vb, t, tend, pos, r4, t4);
+#endif
   const float* cs = cosT + (long long)pos * D;  // the rotation's tables are constant
   const float* sn = sinT + (long long)pos * D;
   pdl_wait_after(A.k[0][0].x ^ B.k[0][0].x ^ A.v[0][0].x ^ B.v[0][0].x, pos + 33);
@@ -274,8 +292,10 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
 }
 """
 
-# warps a CTA and cache positions a chunk (FLOORLINE_ATTN_CUDA="warps,chunk" fixes them; else chunk_len's rule)
+# warps a CTA and cache positions a chunk (FLOORLINE_ATTN_CUDA="warps,chunk" fixes them; else config's rule)
 WARPS = (2, 4, 8)
+# FLOORLINE_ATTN_PF=0 turns off the L2 prefetch of a warp's later tiles before the wait
+PREFETCH = os.environ.get("FLOORLINE_ATTN_PF", "1") != "0"
 
 
 def unavailable(device: torch.device, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
@@ -322,7 +342,7 @@ def config(length: int, kv_heads: int, sms: int) -> tuple[int, int]:
 
 def _defines(heads: int, kv_heads: int, warps: int, chunk: int, nchunk: int, gp: int, pdl: int) -> tuple:
     return tuple(dict(G=heads // kv_heads, H=heads, KVH=kv_heads, W=warps, CHUNK=chunk, NCH=nchunk, GP=gp,
-                      PDL=pdl).items())
+                      PDL=pdl, PF=int(PREFETCH)).items())
 
 
 def compile_source(defines: tuple, arch: str) -> bytes:
