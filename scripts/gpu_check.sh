@@ -34,6 +34,7 @@
 #     recheck   the ctx-16384 agreement tests and explain of the native steps (int4 beside HF's graph mode, bf16):
 #               what the last session changed without a GPU left to check it
 #     final-min  the int4 step's GPU tests, records, kernel rows and agreement in one call of FINAL_BUDGET s
+#     final-s9  session 9's records: attention GPU tests, ctx-16384 agreement, native bf16 and int4 records
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
 #     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
 #               per-kernel table, explain of native int4 and the GPU agreement tests (final-int4: int4 and bf16 at
@@ -227,6 +228,26 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
+    final-s9)  # issues #13, #14 at session 9's sources in one call: the GPU tests of the attention path (the CUDA
+               # chunks, then both models against HF fp32 at ctx 16384, which the CUDA chunks now serve), the native
+               # bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384: one process a model),
+               # the int4 records at ctx 2048, and, as the time left allows, the int4 picks diagnostic
+      budget=${FINAL_BUDGET:-560}
+      left() { echo $(( budget - ($(date +%s) - t0) )); }
+      timeout 200 python3 -m pytest -q -s -rf -m gpu tests/test_gpu_native.py \
+        -k "cuda_attention or at_ctx_16384" > "$OUT/pytest_s9.log" 2>&1
+      grep -E "vs HF fp32|passed|failed|FAILED|Error" "$OUT/pytest_s9.log" | cut -c1-400
+      fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      for m in qwen2.5-7b llama-3.1-8b; do
+        [ $(left) -gt 60 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
+          --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
+      done
+      show_records "$OUT/native_bf16.jsonl" "$OUT/native_int4.jsonl"
+      [ $(left) -gt 100 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
+        -k "taken_out_in_turn" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" | tee "$OUT/pytest_picks.log" ;;
     native-ab)  # a change A/B'd on the native steps: the sources in $AB_BASE (default out/ab_base: `git archive REV src |
                 # tar -x -C out/ab_base`, carried) against these, one fresh process a cell, base then new for each cell
                 # of $AB_CELLS ("model:quant:ctx" items; default qwen2.5-7b int4, bf16 and llama-3.1-8b int4 at 2048)

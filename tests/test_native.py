@@ -351,16 +351,16 @@ def test_the_cuda_attention_chunk_fills_the_gpu_at_most_twice_and_its_override_i
 
 
 def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_values(monkeypatch):
-    """FLOORLINE_ATTN: auto (the default) or cuda pick the CUDA chunk kernel only on a CUDA GPU; on the CPU the Triton
-    kernels (interpreter) serve; cuda where it cannot build and an unknown value are one-line errors."""
+    """FLOORLINE_ATTN: auto (the default) or cuda pick the CUDA chunk kernel only on a CUDA GPU (auto only for long
+    caches); on the CPU the Triton kernels (interpreter) serve; an unknown value is a one-line error."""
     from floorline.errors import UserError
 
     monkeypatch.delenv("FLOORLINE_ATTN", raising=False)
-    assert K.attn_backend("cpu", 28, 4, 128, torch.bfloat16) == "triton"
+    assert K.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 32768) == "triton"
     assert K.AttnScratch(28, 4, 128, 300, "cpu").backend == "triton"
     monkeypatch.setenv("FLOORLINE_ATTN", "fast")
     with pytest.raises(UserError, match="auto, cuda or triton"):
-        K.attn_backend("cpu", 28, 4, 128, torch.bfloat16)
+        K.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 300)
 
 
 def _fake_step(monkeypatch, ms_of):

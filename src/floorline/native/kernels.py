@@ -599,15 +599,24 @@ def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
     return c
 
 
-def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype) -> str:
-    """Which kernel computes the attention's chunks: "cuda" (attn_cuda, where the GPU and shapes allow it) or "triton";
-    FLOORLINE_ATTN=triton|cuda|auto (auto, the default: cuda where it builds). The merge is Triton's either way."""
+# auto picks the CUDA chunk kernel for caches of at least this many positions. H200, native bf16 steps, one process
+# a cell (results/h200/attn_cuda): qwen2.5-7b ctx 2048 3.683 ms Triton / 3.709 CUDA, ctx 8192 3.919 / 3.921 (a tie),
+# ctx 16384 4.089 / 4.006; llama-3.1-8b ctx 16384 4.616 / 4.548
+ATTN_CUDA_FROM = 12288
+
+
+def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int) -> str:
+    """Which kernel computes the attention's chunks of a `length`-position cache: "cuda" (attn_cuda, where the GPU and
+    shapes allow it) or "triton". FLOORLINE_ATTN=auto (the default: cuda from ATTN_CUDA_FROM positions, where it
+    measured faster), cuda or triton. The merge is Triton's either way."""
     want = os.environ.get("FLOORLINE_ATTN", "auto")
     if want not in ("auto", "cuda", "triton"):
         from floorline.errors import UserError
 
         raise UserError(f"FLOORLINE_ATTN={want!r}: use auto, cuda or triton (the attention's chunk kernel)")
     if want == "triton" or INTERPRET or torch.device(device).type != "cuda":
+        return "triton"
+    if want == "auto" and length < ATTN_CUDA_FROM:
         return "triton"
     from floorline.native import attn_cuda
 
@@ -634,7 +643,7 @@ class AttnScratch:
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        self.backend = backend or attn_backend(device, heads, kv_heads, head_dim, dtype)
+        self.backend = backend or attn_backend(device, heads, kv_heads, head_dim, dtype, length)
         if self.backend == "cuda":
             from floorline.native import attn_cuda
 
