@@ -332,14 +332,16 @@ def test_the_attention_chunk_override_fixes_it_or_says_which_values_it_takes(mon
 
 
 def test_the_cuda_attention_chunk_fills_the_gpu_at_most_twice_and_its_override_is_checked(monkeypatch):
-    """attn_cuda.config: 4 warps, the smallest chunk of 128..512 positions with at most two (chunk, kv head) CTAs an
-    SM; FLOORLINE_ATTN_CUDA="warps,chunk" fixes both, a bad value is a one-line error naming the values."""
+    """attn_cuda.config: the smallest chunk of 128..512 positions with at most two (chunk, kv head) CTAs an SM, 8
+    warps where the CTAs about fill the SMs once, else 4; FLOORLINE_ATTN_CUDA="warps,chunk" fixes both, a bad value
+    is a one-line error naming the values."""
     from floorline.errors import UserError
     from floorline.native import attn_cuda
 
     monkeypatch.delenv("FLOORLINE_ATTN_CUDA", raising=False)
-    assert attn_cuda.config(2048, 4, 132) == (4, 128)  # 4 kv heads x 16 chunks
+    assert attn_cuda.config(2048, 4, 132) == (8, 128)  # 4 kv heads x 16 chunks: 64 CTAs, 8 warps each
     assert attn_cuda.config(16384, 4, 132) == (4, 256)  # 4 x 64 CTAs: 256 <= 264
+    assert attn_cuda.config(16939, 4, 132) == (8, 512)  # a ctx-16384 run's cache: 4 x 34 CTAs, one an SM
     assert attn_cuda.config(16384, 8, 132) == (4, 512)  # 8 x 32
     assert attn_cuda.config(10 ** 6, 8, 132) == (4, 512)  # the most
     monkeypatch.setenv("FLOORLINE_ATTN_CUDA", "8,256")

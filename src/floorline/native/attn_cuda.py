@@ -299,11 +299,12 @@ def unavailable(device: torch.device, heads: int, kv_heads: int, head_dim: int, 
 
 
 def config(length: int, kv_heads: int, sms: int) -> tuple[int, int]:
-    """(warps, chunk) for a cache of `length` positions: FLOORLINE_ATTN_CUDA="w,c" if set, else 4 warps and the
-    smallest chunk of 128, 256 or 512 positions whose (chunk, kv head) CTAs number at most two an SM at the full
-    length (two CTAs of 4 warps, 225 registers a thread, fit an SM beside each other; each warp then takes at least
-    two tiles of 16). H200 bench at ctx 16384 (results/h200/attn_cuda): qwen2.5-7b 4 x 256 16.4-16.6 us, 8 x 512
-    16.7, 4 x 512 18.1; llama-3.1-8b 4 x 512 24.0, 2 x 256 24.8, the rest slower."""
+    """(warps, chunk) for a cache of `length` positions: FLOORLINE_ATTN_CUDA="w,c" if set, else the smallest chunk of
+    128, 256 or 512 positions whose (chunk, kv head) CTAs number at most two an SM at the full length (two CTAs of 4
+    warps, 225 registers a thread, fit an SM beside each other; each warp then takes at least two tiles of 16), with
+    8 warps where those CTAs about fill the SMs once (one CTA of 8 warps an SM), else 4. H200 (results/h200/
+    attn_cuda): qwen2.5-7b ctx 16384 step (136 CTAs of 512) 3.955 ms with 8 warps against 4.005-4.008 with 4 (chunk
+    256: 4.013), same lease; llama-3.1-8b ctx 16384 bench (272 CTAs) 4 x 512 24.0 us, 8 x 512 29.4."""
     fixed = os.environ.get("FLOORLINE_ATTN_CUDA")
     if fixed:
         from floorline.errors import UserError
@@ -319,7 +320,7 @@ def config(length: int, kv_heads: int, sms: int) -> tuple[int, int]:
     c = 128
     while c < 512 and -(-length // c) * kv_heads > 2 * sms:
         c *= 2
-    return 4, c
+    return (8 if -(-length // c) * kv_heads <= 1.1 * sms else 4), c
 
 
 def _defines(heads: int, kv_heads: int, warps: int, chunk: int, nchunk: int, gp: int, pdl: int) -> tuple:
