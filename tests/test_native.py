@@ -352,6 +352,13 @@ def test_the_cuda_attention_chunk_fills_the_gpu_at_most_twice_and_its_override_i
             attn_cuda.config(2048, 4, 132)
 
 
+def test_the_cuda_attention_says_in_one_line_why_it_cannot_serve_the_cpu():
+    from floorline.native import attn_cuda
+
+    why = attn_cuda.unavailable(torch.device("cpu"), 28, 4, 128, torch.bfloat16)
+    assert why and "GPU" in why and "\n" not in why
+
+
 def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_values(monkeypatch):
     """FLOORLINE_ATTN: auto (the default) or cuda pick the CUDA chunk kernel only on a CUDA GPU (auto only for long
     caches); on the CPU the Triton kernels (interpreter) serve; an unknown value is a one-line error."""
