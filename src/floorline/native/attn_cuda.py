@@ -9,7 +9,7 @@ changes, not in bytes.
 Per CTA (W warps; grid chunk x kv head; a chunk is CHUNK cached positions) and warp: tiles of 16 positions, tile
 t0 + warp, + W, + 2W, ... of the chunk, two tiles in registers at a time; both first tiles' loads issued before the
 wait on the q/k/v GEMV (programmatic dependent launch): positions before `pos` were written by earlier steps. The
-wait is predicated on the loaded words (int4_cuda's pdl_wait_after) so ptxas cannot hoist it above the loads. A lane
+wait is predicated on the loaded words (nvrtc.PRELUDE's pdl_wait_after) so ptxas cannot hoist it above the loads. A lane
 loads 16-byte words straight into tensor-core fragments (no shared memory, no shuffles, no cross-warp step a tile):
 - S = Q K^T with mma.m16n8k16 (bf16, fp32 sums): Q the A operand (rows = the KV head's G <= 8 query heads, rows 8-15
   zero), K the B operand (8 positions an n-block). The 128 dims are permuted so that a lane's 64 contiguous bytes of a
@@ -36,27 +36,12 @@ import torch
 
 from floorline.native import nvrtc
 
-SOURCE = r"""
-typedef unsigned int u32;
+SOURCE = nvrtc.PRELUDE + r"""
 typedef unsigned short u16;
 #define D 128
 #define NT (W * 32)
 #define CT (CHUNK / 16)
 
-__device__ __forceinline__ void pdl_trigger(int mode) {
-#if PDL
-  if (mode == PDL) asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-// the wait on the previous kernel, predicated on `dep` (words of loads made before it; always true: a popcount is at
-// most 32 < k, which ptxas cannot know), so the loads stay above it (int4_cuda.SOURCE's pdl_wait_after)
-__device__ __forceinline__ void pdl_wait_after(u32 dep, int k) {
-#if PDL
-  asm volatile("{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tpopc.b32 t, %0;\n\tsetp.lt.u32 p, t, %1;\n\t"
-               "@p griddepcontrol.wait;\n\t}" :: "r"(dep), "r"(k) : "memory");
-#endif
-  pdl_trigger(3);
-}
 __device__ __forceinline__ uint4 ldg(const u16* p) {  // 16 bytes, not kept in L1 (streamed once)
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -281,12 +266,8 @@ WARPS = (2, 4, 8)
 def unavailable(device: torch.device, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
     """Why the CUDA chunk kernel cannot serve this model on `device` (one line), or None: it needs compute capability
     8.0 or newer (bf16 mma.m16n8k16), head_dim 128, at most 8 query heads a KV head and a bf16 cache."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return "no CUDA GPU"
-    if torch.version.cuda is None:
-        return "this torch has no CUDA runtime"
-    if torch.cuda.get_device_capability(device) < (8, 0):
-        return "the CUDA attention needs compute capability 8.0 or newer (bf16 mma.m16n8k16)"
+    if (why := nvrtc.no_tensor_core_gpu(device, "the CUDA attention")) is not None:
+        return why
     if head_dim != 128 or heads % kv_heads or heads // kv_heads > 8 or dtype != torch.bfloat16:
         return (f"head_dim {head_dim}, {heads // kv_heads} query heads a KV head, {dtype}: the CUDA attention takes "
                 "128, <= 8, bf16")

@@ -37,8 +37,7 @@ import torch
 from floorline.native import int4_format as F
 from floorline.native import nvrtc
 
-SOURCE = r"""
-typedef unsigned int u32;
+SOURCE = nvrtc.PRELUDE + r"""
 typedef unsigned long long u64;
 
 __device__ __forceinline__ u32 magic(u32 w, u32 mask) {  // (w & mask) | 0x64006400: two codes as fp16 1024 + c
@@ -49,31 +48,6 @@ __device__ __forceinline__ u32 magic(u32 w, u32 mask) {  // (w & mask) | 0x64006
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(mask), "r"(0x64006400u));
   return r;
 #endif
-}
-// programmatic dependent launch (PDL: 0 off; the next kernel let launch at the start 1, after the main loop 2, or
-// once this one has waited for its predecessor 3): pdl_trigger(m) lets it launch where the mode is m, pdl_wait waits
-__device__ __forceinline__ void pdl_trigger(int mode) {
-#if PDL
-  if (mode == PDL) asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if PDL
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-  pdl_trigger(3);
-}
-// pdl_wait once the loads that produced `dep` have landed. Loads written before griddepcontrol.wait are not kept there:
-// ptxas hoists the wait (ACQBULK in SASS) above them (legal: a load made later), and in every int4_gemv config it
-// did, so the first weights were only requested once the previous kernel had finished. Guarding the wait with a
-// predicate computed from the loaded words (always true: a popcount is at most 32, K at least 128, which ptxas
-// cannot know) makes it wait for their data: they are in flight, and usually landed, while the previous kernel runs.
-__device__ __forceinline__ void pdl_wait_after(u32 dep, int k) {
-#if PDL
-  asm volatile("{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tpopc.b32 t, %0;\n\tsetp.lt.u32 p, t, %1;\n\t"
-               "@p griddepcontrol.wait;\n\t}" :: "r"(dep), "r"(k) : "memory");
-#endif
-  pdl_trigger(3);
 }
 __device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
   u32 r;
@@ -587,12 +561,8 @@ ZERO_POINT = os.environ.get("FLOORLINE_INT4_ZERO", "subnormal")
 def unavailable(device: torch.device) -> str | None:
     """Why the CUDA GEMV cannot run on `device` (one line), or None: it needs a CUDA GPU of compute capability 8.0
     or newer (mma.m16n8k16, cvt.f16x2) and NVRTC, which CUDA builds of torch bring."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return "no CUDA GPU (the int4 CUDA GEMV runs on NVIDIA GPUs; the Triton interpreter and torch serve the CPU)"
-    if torch.version.cuda is None:
-        return "this torch has no CUDA runtime"
-    if torch.cuda.get_device_capability(device) < (8, 0):
-        return "the int4 CUDA GEMV needs compute capability 8.0 or newer (tensor-core mma.m16n8k16)"
+    if (why := nvrtc.no_tensor_core_gpu(device, "the int4 CUDA GEMV")) is not None:
+        return why
     try:
         _kernel(device.index if device.index is not None else torch.cuda.current_device(), _flags(),
                 compile_key(CONFIGS[0]))

@@ -1,6 +1,6 @@
 """CUDA C++ compiled at run time by NVRTC (which CUDA builds of torch bring: no nvcc on a user's machine), kept on disk,
-loaded through torch, launched with cuLaunchKernelEx (programmatic dependent launch, thread-block clusters). Shared by
-the int4 GEMV (int4_cuda) and the cluster attention (attn_cuda)."""
+loaded through torch, launched with cuLaunchKernelEx (programmatic dependent launch). Shared by the int4 GEMV
+(int4_cuda) and the attention's chunks (attn_cuda), whose sources both start with PRELUDE."""
 
 from __future__ import annotations
 
@@ -12,8 +12,49 @@ from pathlib import Path
 import torch
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
-CLUSTER_DIMENSION = 4  # CUlaunchAttributeID
-NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute
+
+# What every kernel source here starts with: the word type and programmatic dependent launch (PDL, a compile-time
+# switch: 0 off; the next kernel let launch at the start 1, after the main loop 2, or once this one has waited for its
+# predecessor 3): pdl_trigger(m) lets it launch where the mode is m, pdl_wait waits. pdl_wait_after waits once the
+# loads that produced `dep` have landed. Loads written before griddepcontrol.wait are not kept there: ptxas hoists the
+# wait (ACQBULK in SASS) above them (legal: a load made later), and in every int4_gemv config it did, so the first
+# weights were only requested once the previous kernel had finished. Guarding the wait with a predicate computed from
+# the loaded words (always true: a popcount is at most 32 < k, which ptxas cannot know) makes it wait for their data:
+# they are in flight, and usually landed, while the previous kernel runs.
+PRELUDE = r"""
+typedef unsigned int u32;
+
+__device__ __forceinline__ void pdl_trigger(int mode) {
+#if PDL
+  if (mode == PDL) asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if PDL
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  pdl_trigger(3);
+}
+__device__ __forceinline__ void pdl_wait_after(u32 dep, int k) {
+#if PDL
+  asm volatile("{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tpopc.b32 t, %0;\n\tsetp.lt.u32 p, t, %1;\n\t"
+               "@p griddepcontrol.wait;\n\t}" :: "r"(dep), "r"(k) : "memory");
+#endif
+  pdl_trigger(3);
+}
+"""
+
+
+def no_tensor_core_gpu(device: torch.device, what: str) -> str | None:
+    """Why `what` (a kernel of this package) cannot run on `device`, one line, or None: it needs a CUDA GPU of compute
+    capability 8.0 or newer (mma.m16n8k16) and a torch with the CUDA runtime (whose NVRTC compiles it)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return f"no CUDA GPU ({what} runs on NVIDIA GPUs; the Triton interpreter and torch serve the CPU)"
+    if torch.version.cuda is None:
+        return "this torch has no CUDA runtime"
+    if torch.cuda.get_device_capability(device) < (8, 0):
+        return f"{what} needs compute capability 8.0 or newer (tensor-core mma.m16n8k16)"
+    return None
 
 
 class LaunchAttr(ctypes.Structure):
@@ -86,26 +127,18 @@ def libcuda():
     return torch.cuda._utils._get_gpu_runtime_library()
 
 
-def launch(func, grid: tuple, block: int, shared: int, stream: int, vals: list, pdl: bool = False,
-           cluster: int = 0) -> None:
+def launch(func, grid: tuple, block: int, shared: int, stream: int, vals: list, pdl: bool = False) -> None:
     """cuLaunchKernelEx of `func` with arguments `vals` (ctypes values), on `stream`; pdl: the launch may start while
-    the previous kernel runs (programmatic stream serialization); cluster: CTAs a cluster along x."""
+    the previous kernel runs (programmatic stream serialization)."""
     args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
     cfg = LaunchConfig()
     cfg.grid[:] = grid
     cfg.block[:] = (block, 1, 1)
     cfg.shared = shared
     cfg.stream = stream
-    attrs = (LaunchAttr * 2)()
-    n = 0
+    attr = LaunchAttr()
     if pdl:
-        attrs[n].id = PROGRAMMATIC_STREAM_SERIALIZATION
-        attrs[n].value[0] = 1  # programmaticStreamSerializationAllowed
-        n += 1
-    if cluster:
-        attrs[n].id = CLUSTER_DIMENSION
-        attrs[n].value[:3] = (cluster, 1, 1)
-        n += 1
-    if n:
-        cfg.attrs, cfg.nattrs = ctypes.cast(attrs, ctypes.POINTER(LaunchAttr)), n
+        attr.id = PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value[0] = 1  # programmaticStreamSerializationAllowed
+        cfg.attrs, cfg.nattrs = ctypes.pointer(attr), 1
     torch.cuda._utils._check_cuda(libcuda().cuLaunchKernelEx(ctypes.byref(cfg), func, args, None))
