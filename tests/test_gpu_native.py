@@ -465,15 +465,18 @@ def test_preload_gemv_matches_its_reference(n, k, smem, pro, bias, acc):
     want = K.ref_gemv(w, x, pro=pro, norm_w=nw, eps=1e-6, bias=b, residual=res if acc else None)
     p = B.plan(n, k, torch.cuda.get_device_properties(0).multi_processor_count, smem and smem * 1024)
     assert p is not None and (smem is None or p["REFILL"])
-    out = torch.full((n + 64,), 7.0, device="cuda")
-    y = out[:n]
-    if acc:
-        y.copy_(res)
-    B.gemv(w, x, y, pro=pro, norm_w=nw, eps=1e-6, bias=b, acc=acc, pdl=K._pdl_default(), p=p)
-    torch.cuda.synchronize()
-    err = ((y - want).norm() / want.norm()).item()
-    assert err < 1e-6, (p, err)
-    assert (out[n:] == 7.0).all()
+    for rep in range(3):  # a race between the slots' refills and their reads would show as some wrong rows
+        out = torch.full((n + 64,), 7.0, device="cuda")
+        y = out[:n]
+        if acc:
+            y.copy_(res)
+        B.gemv(w, x, y, pro=pro, norm_w=nw, eps=1e-6, bias=b, acc=acc, pdl=K._pdl_default(), p=p)
+        torch.cuda.synchronize()
+        err = ((y - want).norm() / want.norm()).item()
+        bad = ((y - want).abs() > 1e-4 * (want.abs() + 1)).nonzero().flatten()
+        assert err < 1e-6, (rep, p, err, len(bad), [(r, round((y - want)[r].item(), 4),
+                                                     round((7.0 - res[r]).item(), 4)) for r in bad[:12].tolist()])
+        assert (out[n:] == 7.0).all()
     if smem is None:  # the same through tri_gemv, the step's entry
         got = K.tri_gemv(w, x, pro=pro, norm_w=nw, eps=1e-6, bias=b, residual=res.clone() if acc else None,
                          preload=True)

@@ -44,8 +44,12 @@ __device__ __forceinline__ void bar_init(u64* b, u32 n) {
 __device__ __forceinline__ void bar_expect(u64* b, u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void bar_arrive(u64* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(sa(b)) : "memory");
+// arrive once `dep` (a sum of the slot's words) is computed: a plain arrive is issued right after the slot's loads,
+// before their data returns (SASS), and the slot may then be refilled under them. The predicate (a popcount is at
+// most 32 < k) is always true; ptxas cannot know it, so the arrive waits for dep
+__device__ __forceinline__ void bar_arrive_after(u64* b, float dep, u32 k) {
+  asm volatile("{\n\t.reg .pred q;\n\t.reg .b32 t;\n\tmov.b32 t, %1;\n\tpopc.b32 t, t;\n\tsetp.lt.u32 q, t, %2;\n\t"
+               "@q mbarrier.arrive.shared::cta.b64 _, [%0];\n\t}" ::"r"(sa(b)), "f"(dep), "r"(k) : "memory");
 }
 __device__ __forceinline__ void bar_wait(u64* b, u32 parity) {  // until the phase of this parity has completed
   asm volatile("{\n\t.reg .pred p;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
@@ -145,13 +149,13 @@ bf16_gemv(const uint4* __restrict__ Wt, const float* X, const float* __restrict_
       float p[NVW];
 #pragma unroll
       for (int v = 0; v < NVW; ++v) p[v] = dot8(row[32 * v], xv + 8 * v);
-#if REFILL
-      __syncwarp();
-      if (lane == 0) bar_arrive(empty + s);
-#endif
       float acc = 0.f;
 #pragma unroll
       for (int v = 0; v < NVW; ++v) acc += p[v];
+#if REFILL
+      __syncwarp();
+      if (lane == 0) bar_arrive_after(empty + s, acc, (u32)N + 33u);
+#endif
       for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
       if (lane == 0) part[kp * RMAX + j] = acc;
     }
