@@ -251,6 +251,18 @@ for stage in "${stages[@]}"; do
             --ctx $c --quant $q --mode native)"
         done
         echo "$cell:$meds ms"
+      done
+      # PRE_BENCH=1: the bench rows of q/k/v and o, Triton's and the preloading kernel's (each alone, after a copy
+      # of itself); PRE_EXPLAIN: sides (as PRE_SIDES) to run `explain` of qwen2.5-7b native ctx 2048 under
+      [ "${PRE_BENCH:-0}" = 1 ] && [ $(left) -gt 60 ] && timeout 90 python3 -m floorline.native.bench --only "qkv,o (" \
+        --formats "bf16,bf16 preload" --attn-ctx 2048 --json "$OUT/bench_pre.json" > "$OUT/bench_pre.log" 2>&1; \
+        grep -E "^\| gemv|Error" "$OUT/bench_pre.log" | awk -F'|' '{print $2 "|" $3 "|" $5 "|" $6 "|" $9 "|" $11}'
+      for side in ${PRE_EXPLAIN:-}; do
+        [ $(left) -lt 80 ] && { echo "explain $side: no time"; continue; }
+        tag=${side//[=,+]/_}
+        (export ${side//+/ }; timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
+          --out "$OUT/explain_$tag" > "$OUT/explain_$tag.log" 2>&1)
+        echo "explain $side:"; grep -E "^ +2048 +native|_gemv|bf16_gemv|attn" "$OUT/explain_$tag.log" | cut -c1-140
       done ;;
     final-s9)  # issues #13, #14 at session 9's sources in one call: the GPU tests of the attention path (the CUDA
                # chunks, then both models against HF fp32 at ctx 16384, which the CUDA chunks now serve), the native

@@ -273,6 +273,9 @@ def _sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+last_plan = None  # the plan of the latest launch (the bench prints it)
+
+
 def gemv(w, x, y, *, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, pdl=0, p: dict | None = None):
     """y (+)= W p(x) (+ bias): w bf16 (n, k) row-major, x fp32 (k), y fp32 (n); norm_w and bias fp32. kernels.tri_gemv
     holds the contract (acc: y holds the residual). `p`: plan()'s launch (default: this device's)."""
@@ -281,6 +284,8 @@ def gemv(w, x, y, *, pro=0, norm_w=None, eps=1e-6, bias=None, acc=False, pdl=0, 
     p = p or plan(n, k, _sms(dev))
     if p is None:
         raise ValueError(f"the preloading GEMV does not take a {n}x{k} matrix (k a multiple of 256)")
+    global last_plan
+    last_plan = p
     kern = _kernel(dev, defines(p, pro, bias is not None, acc, pdl))
     if p["smem"] > 48 * 1024 and kern._max_shared_mem_bytes < p["smem"]:
         kern.set_shared_memory_config(p["smem"])
