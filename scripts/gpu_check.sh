@@ -252,11 +252,17 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done
-      # PRE_BENCH=1: the bench rows of q/k/v and o, Triton's and the preloading kernel's (each alone, after a copy
-      # of itself); PRE_EXPLAIN: sides (as PRE_SIDES) to run `explain` of qwen2.5-7b native ctx 2048 under
-      [ "${PRE_BENCH:-0}" = 1 ] && [ $(left) -gt 60 ] && timeout 90 python3 -m floorline.native.bench --only "qkv,o (" \
-        --formats "bf16,bf16 preload" --attn-ctx 2048 --json "$OUT/bench_pre.json" > "$OUT/bench_pre.log" 2>&1; \
-        grep -E "^\| gemv|Error" "$OUT/bench_pre.log" | awk -F'|' '{print $2 "|" $3 "|" $5 "|" $6 "|" $9 "|" $11}'
+      # PRE_BENCH: sides (as PRE_SIDES, "-" for none) to run the bench rows of q/k/v and o under, Triton's and the
+      # preloading kernel's (each alone, after a copy of itself); PRE_EXPLAIN: sides to run `explain` of qwen2.5-7b
+      # native ctx 2048 under
+      for side in ${PRE_BENCH:-}; do
+        [ $(left) -lt 60 ] && continue
+        tag=${side//[=,+]/_}
+        echo "bench $side"
+        ([ "$side" != - ] && export ${side//+/ }; timeout 90 python3 -m floorline.native.bench --only "qkv,o (" \
+          --formats "bf16,bf16 preload" --attn-ctx 2048 --json "$OUT/bench_pre_$tag.json" > "$OUT/bench_pre_$tag.log" 2>&1)
+        grep -E "^\| gemv|Error" "$OUT/bench_pre_$tag.log" | awk -F'|' '{print $2 "|" $3 "|" $5 "|" $6 "|" $9 "|" $11}'
+      done
       for side in ${PRE_EXPLAIN:-}; do
         [ $(left) -lt 80 ] && { echo "explain $side: no time"; continue; }
         tag=${side//[=,+]/_}

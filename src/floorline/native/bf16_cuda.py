@@ -201,12 +201,13 @@ def plan(n: int, k: int, sms: int, smem: int | None = None) -> dict | None:
     wait by a producer warp)."""
     if k % 256 or n < 1:
         return None
-    smem = smem or _smem_budget()
+    per_sm = _blocks_per_sm()
+    smem = smem or _smem_budget() // per_sm
     words = k // 256
     ks = next((s for s in range(1, WARPS + 1) if WARPS % s == 0 and words % s == 0 and words // s <= 7), None)
     if ks is None:
         return None
-    grid = min(sms, n)
+    grid = min(per_sm * sms, n)
     rmax = -(-n // grid)
     if rmax > 32 * WARPS:  # a consumer thread finishes each row
         return None
@@ -221,6 +222,16 @@ def plan(n: int, k: int, sms: int, smem: int | None = None) -> dict | None:
         return None
     return dict(grid=grid, K=k, KS=ks, W=WARPS, RMAX=rmax, B=slots, REFILL=int(refill),
                 smem=_header(ks, rmax, slots) + slots * 2 * k)
+
+
+def _blocks_per_sm() -> int:
+    """FLOORLINE_PRELOAD_BLOCKS: blocks an SM (1, the default, or 2: each half the shared memory)."""
+    v = os.environ.get("FLOORLINE_PRELOAD_BLOCKS", "1")
+    if v not in ("1", "2"):
+        from floorline.errors import UserError
+
+        raise UserError(f"FLOORLINE_PRELOAD_BLOCKS={v!r}: use 1 or 2 (blocks of the preloading GEMV an SM)")
+    return int(v)
 
 
 def _smem_budget() -> int:
