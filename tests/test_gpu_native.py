@@ -483,6 +483,30 @@ def test_preload_gemv_matches_its_reference(n, k, smem, pro, bias, acc):
         assert ((got - want).norm() / want.norm()).item() < 1e-6
 
 
+@pytest.mark.parametrize("copy", ["bulk:7", "bulk:5", "async"])
+@pytest.mark.parametrize("n, k", [(3584, 3584), (100, 512)])
+def test_preload_gemv_copy_modes_match_the_reference(copy, n, k, monkeypatch):
+    """FLOORLINE_PRELOAD_COPY: several rows a bulk copy (5 leaves a shorter last copy of 28 rows) and every thread's
+    cp.async, against ref_gemv (norm and bias; residual)."""
+    from floorline.native import kernels as K
+
+    B = _preload_or_skip()
+    monkeypatch.setenv("FLOORLINE_PRELOAD_COPY", copy)
+    g = torch.Generator("cuda").manual_seed(2)
+    w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).bfloat16()
+    x = torch.randn(k, device="cuda", generator=g)
+    nw = torch.rand(k, device="cuda", generator=g) + 0.5
+    b = torch.randn(n, device="cuda", generator=g)
+    res = torch.randn(n, device="cuda", generator=g)
+    for kw in (dict(pro=1, norm_w=nw, bias=b), dict(residual=res)):
+        want = K.ref_gemv(w, x, eps=1e-6, **kw)
+        for _ in range(3):
+            got = K.tri_gemv(w, x, eps=1e-6, preload=True, **{**kw, "residual": res.clone()} if "residual" in kw
+                             else kw)
+            assert ((got - want).norm() / want.norm()).item() < 1e-6, (copy, B.last_plan)
+    assert B.last_plan["COPY"] == (2 if copy == "async" else 1)
+
+
 def test_preload_gemv_is_replayable_in_a_graph_with_pdl():
     """A CUDA graph of (a kernel that writes x, the preloading GEMV adding W x into y) replayed 20 times under
     programmatic dependent launch: each replay's y is the previous one's plus W x for that replay's x (the GEMV's

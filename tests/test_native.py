@@ -412,6 +412,14 @@ def test_preloading_is_off_on_the_cpu_and_a_bad_choice_says_the_values(monkeypat
     monkeypatch.setenv("FLOORLINE_PRELOAD_SMEM", "300")
     with pytest.raises(UserError, match="16-227"):
         bf16_cuda.plan(3584, 3584, 132)
+    monkeypatch.delenv("FLOORLINE_PRELOAD_SMEM")
+    monkeypatch.setenv("FLOORLINE_PRELOAD_COPY", "bulk:7")
+    assert (bf16_cuda.plan(3584, 3584, 132)["COPY"], bf16_cuda.plan(3584, 3584, 132)["RPC"]) == (1, 7)
+    monkeypatch.setenv("FLOORLINE_PRELOAD_COPY", "async")  # where every row fits; refilled slots stay bulk
+    assert bf16_cuda.plan(3584, 3584, 132)["COPY"] == 2 and bf16_cuda.plan(4608, 3584, 132)["COPY"] == 1
+    monkeypatch.setenv("FLOORLINE_PRELOAD_COPY", "tma")
+    with pytest.raises(UserError, match="bulk, bulk:N"):
+        bf16_cuda.plan(3584, 3584, 132)
     why = bf16_cuda.unavailable(torch.device("cpu"))
     assert why and "GPU" in why and "\n" not in why
 

@@ -55,11 +55,11 @@ __device__ __forceinline__ void bar_wait(u64* b, u32 parity) {  // until the pha
   asm volatile("{\n\t.reg .pred p;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
                "@!p bra WAIT;\n\t}" ::"r"(sa(b)), "r"(parity) : "memory");
 }
-// one row of weights into its slot (the bulk copy engine; the barrier completes once its bytes have landed)
-__device__ __forceinline__ void load_row(uint4* dst, const uint4* src, u64* b) {
-  bar_expect(b, ROWB);
+// rows of weights into their slots (the bulk copy engine; the barrier completes once their bytes have landed)
+__device__ __forceinline__ void load_rows(uint4* dst, const uint4* src, u64* b, u32 bytes) {
+  bar_expect(b, bytes);
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(sa(dst)), "l"(src), "r"(ROWB), "r"(sa(b)) : "memory");
+               ::"r"(sa(dst)), "l"(src), "r"(bytes), "r"(sa(b)) : "memory");
 }
 __device__ __forceinline__ float4 ld_cg(const float* p) {  // written by the previous kernel: L2, not L1
   float4 r;
@@ -92,15 +92,30 @@ bf16_gemv(const uint4* __restrict__ Wt, const float* X, const float* __restrict_
   const int r0 = (int)((long long)blockIdx.x * N / gridDim.x);
   const int R = (int)((long long)(blockIdx.x + 1) * N / gridDim.x) - r0;
   const uint4* wrow = Wt + (size_t)r0 * NV;
+  const int nb = R < B ? R : B;
+#if COPY == 2  // every thread copies 16-byte words of each row (cp.async), then arrives on the row's barrier
+  if (tid == 0) {
+    for (int s = 0; s < B; ++s) bar_init(full + s, T);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  for (int j = 0; j < nb; ++j) {
+    for (int w = tid; w < NV; w += T)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(ring + j * NV + w)),
+                   "l"(wrow + (size_t)j * NV + w) : "memory");
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(full + j)) : "memory");
+  }
+#else
   if (tid == (REFILL ? T : 0)) {  // every slot's first row requested before the wait: weights never depend on it
     for (int s = 0; s < B; ++s) {
       bar_init(full + s, 1);
       if (REFILL) bar_init(empty + s, KS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
-    const int nb = R < B ? R : B;
-    for (int j = 0; j < nb; ++j) load_row(ring + j * NV, wrow + (size_t)j * NV, full + j);
+    for (int j = 0; j < nb; j += RPC)  // RPC rows a copy (1 where slots are refilled), barrier j / RPC
+      load_rows(ring + j * NV, wrow + (size_t)j * NV, full + j / RPC, (nb - j < RPC ? nb - j : RPC) * ROWB);
   }
+#endif
   float bias = 0.f;
 #if BIAS
   if (tid < R) bias = Bias[r0 + tid];  // constant: before the wait
@@ -112,7 +127,7 @@ bf16_gemv(const uint4* __restrict__ Wt, const float* X, const float* __restrict_
       for (int j = B; j < R; ++j) {
         const int s = j % B;
         bar_wait(empty + s, ((j / B) - 1) & 1);
-        load_row(ring + s * NV, wrow + (size_t)j * NV, full + s);
+        load_rows(ring + s * NV, wrow + (size_t)j * NV, full + s, ROWB);
       }
     return;
   }
@@ -144,7 +159,7 @@ bf16_gemv(const uint4* __restrict__ Wt, const float* X, const float* __restrict_
     const int j = rg + i * RG;
     if (j < R) {
       const int s = j % B;
-      bar_wait(full + s, (j / B) & 1);
+      bar_wait(full + s / RPC, (j / B) & 1);
       const uint4* row = ring + s * NV + cb;
       float p[NVW];
 #pragma unroll
@@ -220,8 +235,27 @@ def plan(n: int, k: int, sms: int, smem: int | None = None) -> dict | None:
         slots -= slots % rg
     if slots < 1:
         return None
-    return dict(grid=grid, K=k, KS=ks, W=WARPS, RMAX=rmax, B=slots, REFILL=int(refill),
+    copy, rpc = _copy_mode()
+    if refill:  # the producer warp refills a slot at a time, by bulk copies
+        copy, rpc = 1, 1
+    return dict(grid=grid, K=k, KS=ks, W=WARPS, RMAX=rmax, B=slots, REFILL=int(refill), COPY=copy, RPC=rpc,
                 smem=_header(ks, rmax, slots) + slots * 2 * k)
+
+
+def _copy_mode() -> tuple[int, int]:
+    """FLOORLINE_PRELOAD_COPY: how a block's rows come into shared memory where they all fit: `bulk` (the default:
+    one bulk copy a row, by the copy engine), `bulk:N` (N rows a copy) or `async` (every thread's 16-byte cp.async);
+    rows refilled after the wait are always bulk copies of one row."""
+    v = os.environ.get("FLOORLINE_PRELOAD_COPY", "bulk")
+    if v == "async":
+        return 2, 1
+    if v == "bulk":
+        return 1, 1
+    if v.startswith("bulk:") and v[5:].isdigit() and 1 <= int(v[5:]) <= 32:
+        return 1, int(v[5:])
+    from floorline.errors import UserError
+
+    raise UserError(f"FLOORLINE_PRELOAD_COPY={v!r}: use bulk, bulk:N (rows a copy, 1-32) or async")
 
 
 def _blocks_per_sm() -> int:
@@ -261,6 +295,7 @@ def unavailable(device: torch.device) -> str | None:
 def defines(p: dict, pro: int, bias: bool, acc: bool, pdl: int) -> tuple:
     """What the compiled code depends on: the plan's compile-time fields and the fusions."""
     return tuple(dict(K=p["K"], KS=p["KS"], W=p["W"], RMAX=p["RMAX"], B=p["B"], REFILL=p["REFILL"],
+                      COPY=p.get("COPY", 1), RPC=p.get("RPC", 1),
                       RING_OFF=_header(p["KS"], p["RMAX"], p["B"]), PRO=int(pro), BIAS=int(bias), ACC=int(acc),
                       PDL=pdl).items())
 
