@@ -43,7 +43,6 @@
 #               kernel's largest warp-stall reasons
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
 #     attn-cuda  the CUDA attention chunks (attn_cuda): GPU tests, bench rows beside Triton's, A/B in the step
-#     preload    the bf16 GEMV preloading its rows into shared memory (bf16_cuda): GPU tests, A/B in the step
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -228,47 +227,6 @@ for stage in "${stages[@]}"; do
             --ctx $c --quant $q --mode native)"
         done
         echo "$cell:$meds ms"
-      done ;;
-    preload)  # issue #14: the bf16 GEMV that preloads its rows into shared memory before its wait (bf16_cuda): its
-              # GPU tests (PRE_TESTS=0 skips them), then, if they passed, the native step for each side of $PRE_SIDES
-              # (space-separated, each a +-separated list of VAR=value; default none, o, o from the chunks, o and
-              # q/k/v), one fresh process a cell, for each of $PRE_CELLS ("model:quant:ctx"), within PRE_BUDGET s
-      budget=${PRE_BUDGET:-560}
-      left() { echo $(( budget - ($(date +%s) - t0) )); }
-      ok=0
-      if [ "${PRE_TESTS:-1}" != 0 ]; then
-        timeout 200 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k preload > "$OUT/pytest_pre.log" 2>&1
-        ok=$?
-        grep -E "passed|failed|FAILED|Error|assert" "$OUT/pytest_pre.log" | cut -c1-400 | head -20
-      fi
-      [ $ok -eq 0 ] && for cell in ${PRE_CELLS:-qwen2.5-7b:none:2048}; do
-        IFS=: read -r m q c <<< "$cell"
-        meds=""
-        for side in ${PRE_SIDES:-FLOORLINE_PRELOAD=none FLOORLINE_PRELOAD=o FLOORLINE_PRELOAD=o+FLOORLINE_PRELOAD_FROM=chunks FLOORLINE_PRELOAD=o,qkv}; do
-          [ $(left) -lt 70 ] && { meds="$meds | $side (no time)"; continue; }
-          tag=${side//[=,+]/_}
-          meds="$meds | $side $(export ${side//+/ }; cell "$OUT/pre_$tag.jsonl" "$OUT/pre_$tag.log" --model $m \
-            --ctx $c --quant $q --mode native)"
-        done
-        echo "$cell:$meds ms"
-      done
-      # PRE_BENCH: sides (as PRE_SIDES, "-" for none) to run the bench rows of q/k/v and o under, Triton's and the
-      # preloading kernel's (each alone, after a copy of itself); PRE_EXPLAIN: sides to run `explain` of qwen2.5-7b
-      # native ctx 2048 under
-      for side in ${PRE_BENCH:-}; do
-        [ $(left) -lt 60 ] && continue
-        tag=${side//[=,+]/_}
-        echo "bench $side"
-        ([ "$side" != - ] && export ${side//+/ }; timeout 90 python3 -m floorline.native.bench --only "qkv,o (" \
-          --formats "bf16,bf16 preload" --attn-ctx 2048 --json "$OUT/bench_pre_$tag.json" > "$OUT/bench_pre_$tag.log" 2>&1)
-        grep -E "^\| gemv|Error" "$OUT/bench_pre_$tag.log" | awk -F'|' '{print $2 "|" $3 "|" $5 "|" $6 "|" $9 "|" $11}'
-      done
-      for side in ${PRE_EXPLAIN:-}; do
-        [ $(left) -lt 80 ] && { echo "explain $side: no time"; continue; }
-        tag=${side//[=,+]/_}
-        (export ${side//+/ }; timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
-          --out "$OUT/explain_$tag" > "$OUT/explain_$tag.log" 2>&1)
-        echo "explain $side:"; grep -E "^ +2048 +native|_gemv|bf16_gemv|attn" "$OUT/explain_$tag.log" | cut -c1-140
       done ;;
     final-s9)  # issues #13, #14 at session 9's sources in one call: the GPU tests of the attention path (the CUDA
                # chunks, then both models against HF fp32 at ctx 16384, which the CUDA chunks now serve), the native

@@ -372,58 +372,6 @@ def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_v
         K.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 300)
 
 
-def test_the_preloading_gemv_plans_one_block_an_sm_with_its_rows_in_shared_memory():
-    """bf16_cuda.plan: one block an SM, the rows split evenly; qwen2.5-7b's o (28 rows of 3584) held whole in 200 KB;
-    q/k/v (35 rows) and llama-3.1-8b's o (32 of 4096) through slots refilled after the wait, a multiple of the row
-    groups (a slot's next row is then always read by the same warps); a lane's share of a row at most 7 words;
-    k not a multiple of 256 not taken."""
-    from floorline.native import bf16_cuda as B
-
-    o = B.plan(3584, 3584, 132)
-    assert (o["grid"], o["RMAX"], o["KS"], o["B"], o["REFILL"]) == (132, 28, 2, 28, 0)
-    assert o["smem"] == B._header(2, 28, 28) + 28 * 7168 <= B.SMEM_DEFAULT
-    qkv = B.plan(4608, 3584, 132)
-    assert (qkv["RMAX"], qkv["B"], qkv["REFILL"]) == (35, 28, 1)
-    lo = B.plan(4096, 4096, 132)
-    assert (lo["RMAX"], lo["KS"], lo["B"], lo["REFILL"]) == (32, 4, 24, 1)
-    for n, k, sms, smem in [(4608, 3584, 132, None), (6144, 4096, 132, None), (3584, 3584, 132, 40 * 1024),
-                            (100, 512, 132, None), (5000, 2048, 78, 64 * 1024)]:
-        p = B.plan(n, k, sms, smem)
-        rg = p["W"] // p["KS"]
-        assert p["grid"] == min(sms, n) and p["RMAX"] * p["grid"] >= n and k // (256 * p["KS"]) <= 7
-        assert p["smem"] <= (smem or B.SMEM_DEFAULT) and (not p["REFILL"] or p["B"] % rg == 0), p
-    assert B.plan(3584, 1000, 132) is None and B.plan(3584, 3584, 132, 8 * 1024) is None
-
-
-def test_preloading_is_off_on_the_cpu_and_a_bad_choice_says_the_values(monkeypatch):
-    """FLOORLINE_PRELOAD: a comma list of o and qkv (or none); nothing is preloaded on the CPU or for int4 weights;
-    an unknown role, a bad FLOORLINE_PRELOAD_FROM or FLOORLINE_PRELOAD_SMEM is a one-line error; the CPU's reason."""
-    from floorline.errors import UserError
-    from floorline.native import bf16_cuda
-
-    monkeypatch.setenv("FLOORLINE_PRELOAD", "o,qkv")
-    assert K.preload_roles("cpu", torch.bfloat16) == frozenset()
-    monkeypatch.setenv("FLOORLINE_PRELOAD", "o,down")
-    with pytest.raises(UserError, match="o, qkv, or none"):
-        K.preload_roles("cpu", torch.bfloat16)
-    monkeypatch.setenv("FLOORLINE_PRELOAD_FROM", "qkv")
-    with pytest.raises(UserError, match="merge or chunks"):
-        K.launch_next_from()
-    monkeypatch.setenv("FLOORLINE_PRELOAD_SMEM", "300")
-    with pytest.raises(UserError, match="16-227"):
-        bf16_cuda.plan(3584, 3584, 132)
-    monkeypatch.delenv("FLOORLINE_PRELOAD_SMEM")
-    monkeypatch.setenv("FLOORLINE_PRELOAD_COPY", "bulk:7")
-    assert (bf16_cuda.plan(3584, 3584, 132)["COPY"], bf16_cuda.plan(3584, 3584, 132)["RPC"]) == (1, 7)
-    monkeypatch.setenv("FLOORLINE_PRELOAD_COPY", "async")  # where every row fits; refilled slots stay bulk
-    assert bf16_cuda.plan(3584, 3584, 132)["COPY"] == 2 and bf16_cuda.plan(4608, 3584, 132)["COPY"] == 1
-    monkeypatch.setenv("FLOORLINE_PRELOAD_COPY", "tma")
-    with pytest.raises(UserError, match="bulk, bulk:N"):
-        bf16_cuda.plan(3584, 3584, 132)
-    why = bf16_cuda.unavailable(torch.device("cpu"))
-    assert why and "GPU" in why and "\n" not in why
-
-
 def _fake_step(monkeypatch, ms_of):
     """timing.state_replay_ms replaced by `ms_of()` (what the current choices would cost): the step tuners' selection
     logic without a GPU. Returns the list of the trials' times."""

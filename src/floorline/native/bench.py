@@ -48,11 +48,6 @@ def _config_name(K, fmt: str) -> str:
         from floorline.native import int4_cuda
 
         return int4_cuda.config_name(int4_cuda.last_config)
-    if fmt == "bf16 preload":
-        from floorline.native import bf16_cuda
-
-        p = bf16_cuda.last_plan
-        return f"{p['grid']} blocks, {p['RMAX']} rows, {p['B']} slots, KS{p['KS']}"
     cfg = (K._gemv_int4 if fmt == "int4" else K._gemv_bf16).best_config
     return (f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
             f" k{cfg.kwargs.get('SPLIT', 1)} r{cfg.maxnreg or '-'}")
@@ -108,11 +103,6 @@ def main(argv=None) -> int:
         res0 = out.clone()
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
         formats = [("bf16", w, {})]
-        if name.startswith(("qkv", "o ")):  # the preloading GEMV (bf16_cuda) where mode native may use it
-            from floorline.native import bf16_cuda
-
-            if bf16_cuda.unavailable(dev) is None:
-                formats.append(("bf16 preload", w, {"preload": True}))
         if name != "lm_head (norm)":
             lin = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
             lin.weight.data = w
@@ -129,8 +119,7 @@ def main(argv=None) -> int:
             nbytes = sum(t.numel() * t.element_size() for t in [wt, *tensors])
             row = {"kernel": f"gemv {name}", "format": fmt, "shape": f"{n}x{k}", "bytes": nbytes}
             # checked before it is timed: a wrong result is never given a time
-            want = K.ref_gemv(wt, x, **{**kw, "residual": res0 if kw["residual"] is not None else None},
-                              **{k_: v for k_, v in extra.items() if k_ != "preload"})
+            want = K.ref_gemv(wt, x, **{**kw, "residual": res0 if kw["residual"] is not None else None}, **extra)
             out.copy_(res0)
             K.tri_gemv(wt, x, out=out, **kw, **extra)
             row["rel_err"] = ((out - want).norm() / want.norm()).item()

@@ -506,58 +506,15 @@ def _pick_bk(k: int, int4: bool) -> int:
     raise ValueError(f"K = {k} is not a multiple of {GROUP if int4 else 16}")
 
 
-PRELOAD_ROLES = ("o", "qkv")
-
-
-def preload_roles(device, dtype) -> frozenset:
-    """Which bf16 matrices of the step take bf16_cuda's GEMV (its blocks load their rows into shared memory before
-    they wait on the previous kernel): FLOORLINE_PRELOAD, a comma list of o and qkv, or none. Off without a Hopper
-    GPU (or under the interpreter, or for int4 weights); asked for where it cannot run, a one-line error."""
-    want = os.environ.get("FLOORLINE_PRELOAD", PRELOAD_DEFAULT)
-    roles = frozenset(r for r in want.split(",") if r and r != "none")
-    if not roles <= set(PRELOAD_ROLES):
-        from floorline.errors import UserError
-
-        raise UserError(f"FLOORLINE_PRELOAD={want!r}: use a comma list of {', '.join(PRELOAD_ROLES)}, or none")
-    if not roles or INTERPRET or dtype != torch.bfloat16 or torch.device(device).type != "cuda":
-        return frozenset()
-    from floorline.native import bf16_cuda
-
-    why = bf16_cuda.unavailable(torch.device(device))
-    if why is None:
-        return roles
-    if "FLOORLINE_PRELOAD" in os.environ:
-        from floorline.errors import UserError
-
-        raise UserError(f"FLOORLINE_PRELOAD={want}: {why}; use FLOORLINE_PRELOAD=none")
-    return frozenset()
-
-
-PRELOAD_DEFAULT = "none"
-
-
-def launch_next_from() -> str:
-    """Which attention kernel lets the preloaded o GEMV launch at its start (FLOORLINE_PRELOAD_FROM): `merge` (the
-    default: o's blocks become resident, and request their rows, once the chunks have waited for q/k/v) or `chunks`
-    (once the chunks have launched: o's loads overlap the q/k/v GEMV's last wave too)."""
-    v = os.environ.get("FLOORLINE_PRELOAD_FROM", "merge")
-    if v not in ("merge", "chunks"):
-        from floorline.errors import UserError
-
-        raise UserError(f"FLOORLINE_PRELOAD_FROM={v!r}: use merge or chunks")
-    return v
-
-
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, config=None, layout="rows", preload=False):
+             glu=False, out=None, config=None, layout="rows"):
     """The GPU twin of ref_gemv (int4 in the `mma` layout: int4_cuda.gemv, whose `config` is (warps, groups ahead,
     splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg: bench
     --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
-    buffers). preload: a bf16 GEMV without glu on a Hopper GPU runs bf16_cuda's kernel where its plan takes the
-    shape (its blocks hold their rows in shared memory, loaded before they wait on the previous kernel)."""
+    buffers)."""
     int4 = scales is not None
     mma = int4 and layout == "mma"
     if mma:  # int4_format: words (N/16, 2K), 16-row tiles
@@ -570,13 +527,6 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     acc = residual is not None
     if acc and residual is not y:
         y.copy_(residual)
-    if preload and not int4 and not glu and not config and not INTERPRET and w.is_cuda and w.dtype == torch.bfloat16:
-        from floorline.native import bf16_cuda
-
-        p = bf16_cuda.plan(n, k, torch.cuda.get_device_properties(w.device).multi_processor_count)
-        if p is not None:
-            return bf16_cuda.gemv(w, x if x.dtype == torch.float32 else x.float(), y, pro=pro, norm_w=norm_w,
-                                  eps=eps, bias=bias, acc=acc, pdl=_pdl_default(), p=p)
     if mma:
         from floorline.native import int4_cuda
 
@@ -717,32 +667,26 @@ class AttnScratch:
         return f"chunk {self.chunk} tile {self.tile} w{self.warps} s{self.stages}"
 
 
-def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False,
-                  launch_next: str | None = None):
+def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
     positions 0..pos: the GPU twin of ref_rope_kv then ref_attention. Two launches: the chunks (Triton's _attn_chunk
     or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv (fp32) once it
-    is read. launch_next ("merge" or "chunks", under programmatic dependent launch): from that kernel on, each lets
-    the next one launch at its start, so that the kernel after the attention (a preloading o GEMV) is resident early."""
+    is read."""
     kv_heads, _, d = k_cache.shape
     pdl = _pdl_default()
-    early = pdl and launch_next is not None
-    pdl_chunks = 1 if early and launch_next == "chunks" else pdl
-    pdl_merge = 1 if early else pdl
     if scratch.backend == "cuda":
         from floorline.native import attn_cuda
 
         attn_cuda.chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.m, scratch.l, scratch.o,
-                         scratch.warps, scratch.chunk, pdl_chunks)
+                         scratch.warps, scratch.chunk, pdl)
     else:
         _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
                                                 scratch.o, scale, k_cache.stride(0), scratch.nchunk, H=heads,
                                                 KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
-                                                BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl_chunks,
-                                                STAGES=scratch.stages, num_warps=scratch.warps, **_launch(pdl))
+                                                BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
+                                                num_warps=scratch.warps, **_launch(pdl))
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
     _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),
                           G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
-                          CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl_merge, ZB=zb,
-                          **_launch(pdl))
+                          CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, **_launch(pdl))
     return scratch.out

@@ -72,18 +72,13 @@ class NativeModel:
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
-        # bf16 matrices whose GEMV preloads its rows into shared memory (kernels.preload_roles; o: the attention's
-        # kernels let it launch early, so that its rows stream in while the attention runs)
-        self.preload = K.preload_roles(dev, self.layers[0]["qkv"]["w"].dtype) if self.ops == "triton" else frozenset()
-        self.launch_next = K.launch_next_from() if "o" in self.preload else None
 
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, **kw):
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
-        preload = kw.pop("preload", False)
         if self.ops == "triton":
-            return K.tri_gemv(w, x, out=out, eps=self.eps, preload=preload, **extra, **kw)
+            return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, **kw)
         out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
@@ -92,7 +87,7 @@ class NativeModel:
         kc, vc = self.k_cache[i], self.v_cache[i]
         if self.ops == "triton":
             return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
-                                   zero_qkv=self.qkv_acc, launch_next=self.launch_next)
+                                   zero_qkv=self.qkv_acc)
         q = K.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim)
         out = K.ref_attention(q, kc, vc, self.pos, self.scale)
         if self.qkv_acc:
@@ -102,7 +97,7 @@ class NativeModel:
     def _qkv(self, lay: dict, x) -> None:
         """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed)."""
         self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
-                   residual=self.qkv if self.qkv_acc else None, preload="qkv" in self.preload)
+                   residual=self.qkv if self.qkv_acc else None)
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
@@ -112,7 +107,7 @@ class NativeModel:
         for i, lay in enumerate(self.layers):
             self._qkv(lay, x)
             a = self._attention(i)
-            self._gemv(lay["o"], a, x, residual=x, preload="o" in self.preload)  # x += o(a), in place
+            self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
             self._gemv(lay["down"], self.act, x, residual=x)
         self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)

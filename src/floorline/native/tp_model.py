@@ -99,7 +99,6 @@ class TPNativeModel(NativeModel):
         self.vocab = hf.config.vocab_size
         self.vocab_first = self.sharded.shard.vocab_first
         super().__init__(self.sharded, max_len, ops)
-        self.preload, self.launch_next = frozenset(), None  # the preloading GEMV is not measured under tensor parallel
         self.ar = tpdist.AllReduce(backend, self.hidden, torch.float32, comm)
         self.x = self.ar.dst  # the residual stream is where the all-reduce lands
         self.key = torch.zeros(1, dtype=torch.long, device=self.x.device)

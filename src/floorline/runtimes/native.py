@@ -39,8 +39,6 @@ class Native(Runtime):
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
                 "native_attn": self.net.attn.name(),
-                "native_preload": ",".join(sorted(self.net.preload)) or "none",
-                "native_preload_from": self.net.launch_next,
                 "native_int4_configs": int4_cuda.tuned() or None,
                 "native_int4_step_tuning": int4_cuda.last_step_tuning or None,
                 "native_triton_step_tuning": K.last_step_tuning or None}
