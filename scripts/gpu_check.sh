@@ -35,6 +35,7 @@
 #               what the last session changed without a GPU left to check it
 #     final-min  the int4 step's GPU tests, records, kernel rows and agreement in one call of FINAL_BUDGET s
 #     final-s9  session 9's records: attention GPU tests, ctx-16384 agreement, native bf16 and int4 records
+#     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
 #     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
 #               per-kernel table, explain of native int4 and the GPU agreement tests (final-int4: int4 and bf16 at
@@ -228,6 +229,30 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
+    final-s10)  # issue #14, session 10's sources in one call: the GPU tests of the attention (CUDA chunks + the merge,
+                # now split over the head's dims), then the native records with the default merge (qwen2.5-7b bf16
+                # ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384; int4 at 2048) beside sessions 1-9's merge
+                # (FLOORLINE_ATTN_MERGE=1,4: qwen2.5-7b 2048, 16384; llama-3.1-8b 16384), one process a model and
+                # side, then, as FINAL_BUDGET allows, native against HF fp32 at ctx 16384
+      budget=${FINAL_BUDGET:-560}
+      left() { echo $(( budget - ($(date +%s) - t0) )); }
+      timeout 120 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention > "$OUT/pytest_attn.log" 2>&1
+      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_attn.log" | cut -c1-400
+      fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      (export FLOORLINE_ATTN_MERGE=1,4; fl run --model qwen2.5-7b --ctx 2048,16384 --mode native \
+        --output "$OUT/native_bf16_merge14.jsonl" >> "$OUT/native_merge14.log" 2>&1)
+      [ $(left) -gt 120 ] && fl run --model llama-3.1-8b --ctx 2048,16384 --mode native \
+        --output "$OUT/native_bf16.jsonl" >> "$OUT/native.log" 2>&1
+      [ $(left) -gt 100 ] && (export FLOORLINE_ATTN_MERGE=1,4; fl run --model llama-3.1-8b --ctx 16384 --mode native \
+        --output "$OUT/native_bf16_merge14.jsonl" >> "$OUT/native_merge14.log" 2>&1)
+      for m in qwen2.5-7b llama-3.1-8b; do
+        [ $(left) -gt 70 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
+          --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
+      done
+      show_records "$OUT/native_bf16.jsonl" "$OUT/native_bf16_merge14.jsonl" "$OUT/native_int4.jsonl"
+      [ $(left) -gt 100 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
+        -k "at_ctx_16384" 2>&1 | grep -E "vs HF fp32|vs torch|passed|failed|assert" | tee "$OUT/pytest_16384.log" ;;
     final-s9)  # issues #13, #14 at session 9's sources in one call: the GPU tests of the attention path (the CUDA
                # chunks, then both models against HF fp32 at ctx 16384, which the CUDA chunks now serve), the native
                # bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384: one process a model),

@@ -147,11 +147,13 @@ def test_rope_kv_write_and_flash_decoding_match_their_references(heads, kv, pos)
 
 
 @interpreted
+@pytest.mark.parametrize("merge", [(1, 4), (2, 1)])
 @pytest.mark.parametrize("chunk, tile, length, pos", [(128, 32, 300, 200), (256, 64, 600, 517), (16, 16, 1120, 1105),
                                                       (32, 16, 2200, 2150)])
-def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk, tile, length, pos):
+def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk, tile, length, pos, merge):
     """The code the long contexts run: several tiles inside one program (chunk > tile: the online softmax's loop) and
-    more than 64 chunks (the merge's loop over several blocks of chunks), at positions that end mid-tile."""
+    more than 64 chunks (the merge's loop over several blocks of chunks), at positions that end mid-tile; the merge
+    as one program a head and as two a head (each half the dims)."""
     heads, kv, d = 4, 2, 32
     qkv = _rand((heads + 2 * kv) * d)
     inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
@@ -161,7 +163,7 @@ def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk
     kr, vr = kc.clone(), vc.clone()
     p = torch.tensor([pos], dtype=torch.int32)
     want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
-    scratch = K.AttnScratch(heads, kv, d, length, "cpu", chunk=chunk, tile=tile)
+    scratch = K.AttnScratch(heads, kv, d, length, "cpu", chunk=chunk, tile=tile, merge=merge)
     assert scratch.tile == tile and (pos + 1) % tile != 0  # the last live tile is cut mid-way
     if chunk == 16:
         assert scratch.nchunk > 64  # the merge reads its chunks in more than one block
@@ -250,14 +252,17 @@ def test_native_int4_mma_layout_adds_qkv_into_the_zeros_the_attention_leaves(mon
 
 
 @interpreted
-def test_attention_merge_zeroes_the_qkv_vector_once_read():
+@pytest.mark.parametrize("merge", [(1, 4), (2, 1)])
+def test_attention_merge_zeroes_the_qkv_vector_once_read(merge):
+    """With zero_qkv the merge zeroes q/k/v (every element, once; with the merge split over the dims, the first
+    program of a head) and gives the same output."""
     heads, kv, d, length, pos = 4, 2, 32, 160, 100
     qkv = _rand((heads + 2 * kv) * d)
     inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
     cos, sin = K.rope_tables(inv, length, 1.0, "cpu")
     kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
     p = torch.tensor([pos], dtype=torch.int32)
-    scratch = K.AttnScratch(heads, kv, d, length, "cpu")
+    scratch = K.AttnScratch(heads, kv, d, length, "cpu", merge=merge)
     want = K.tri_attention(qkv, cos, sin, p, kc.clone(), vc.clone(), heads, d ** -0.5, scratch).clone()
     assert qkv.abs().sum() > 0
     got = K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, zero_qkv=True)
@@ -357,6 +362,24 @@ def test_the_cuda_attention_says_in_one_line_why_it_cannot_serve_the_cpu():
 
     why = attn_cuda.unavailable(torch.device("cpu"), 28, 4, 128, torch.bfloat16)
     assert why and "GPU" in why and "\n" not in why
+
+
+def test_the_merge_splits_each_head_over_programs_of_at_least_16_dims_and_a_bad_choice_says_the_values(monkeypatch):
+    """merge_launch: MERGE_DEFAULT, or FLOORLINE_ATTN_MERGE="split,warps"; a split that would leave a program fewer than
+    16 dims is halved; an unknown value is a one-line error. The scratch names a merge other than sessions 1-9's."""
+    from floorline.errors import UserError
+
+    monkeypatch.delenv("FLOORLINE_ATTN_MERGE", raising=False)
+    assert K.merge_launch(128) == K.MERGE_DEFAULT
+    monkeypatch.setenv("FLOORLINE_ATTN_MERGE", "8,2")
+    assert K.merge_launch(128) == (8, 2) and K.merge_launch(32) == (2, 2)
+    assert K.AttnScratch(4, 2, 32, 160, "cpu").name().endswith("merge 2 x w2")
+    monkeypatch.setenv("FLOORLINE_ATTN_MERGE", "1,4")
+    assert "merge" not in K.AttnScratch(4, 2, 32, 160, "cpu").name()
+    for bad in ("3,1", "4", "4,16", "a,b"):
+        monkeypatch.setenv("FLOORLINE_ATTN_MERGE", bad)
+        with pytest.raises(UserError, match="split,warps"):
+            K.merge_launch(128)
 
 
 def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_values(monkeypatch):

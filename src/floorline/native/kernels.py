@@ -417,23 +417,25 @@ if triton is not None:
 
     @triton.jit
     def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, ZP, ZN, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr = 0):
-        """The chunks' partial softmax sums of one query head, merged (one program per query head). The position is
-        read before the wait (it changes only between steps); each block of CB chunks has its maxima, sums and
-        partial outputs loaded before any is used (one round trip to L2, not one per dependent load). ZB > 0: program
-        h also zeroes ZP[h ZB, (h + 1) ZB) below ZN -- the q/k/v vector, read by the chunks (all finished once the
-        wait returns), which the next layer's int4 q/k/v GEMV adds into (split-K)."""
+                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr = 0,
+                    DB: tl.constexpr = 0):
+        """The chunks' partial softmax sums of one query head, merged: program (h, j) merges dims [j DB, (j + 1) DB)
+        of query head h (DB = D: one program a head). The position is read before the wait (it changes only between
+        steps); each block of CB chunks has its maxima, sums and partial outputs loaded before any is used (one round
+        trip to L2, not one per dependent load). ZB > 0: program (h, 0) also zeroes ZP[h ZB, (h + 1) ZB) below ZN --
+        the q/k/v vector, read by the chunks (all finished once the wait returns), which the next layer's int4 q/k/v
+        GEMV adds into (split-K)."""
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
         h = tl.program_id(0)
         kvh = h // G
         nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos
         _pdl_wait(PDL)
-        d = tl.arange(0, D)
+        d = tl.program_id(1) * DB + tl.arange(0, DB)
         cs = tl.arange(0, CB)
         m_run = tl.max(tl.full([CB], -1e30, dtype=tl.float32), 0)
         den = tl.sum(tl.zeros([CB], dtype=tl.float32), 0)
-        num = tl.zeros([D], dtype=tl.float32)
+        num = tl.zeros([DB], dtype=tl.float32)
         for c0 in range(0, nlive, CB):
             cm = (c0 + cs) < nlive
             o = (kvh * NCHUNK + c0 + cs) * GP + h % G
@@ -450,8 +452,9 @@ if triton is not None:
             tl.extra.cuda.gdc_launch_dependents()
         tl.store(OUT + h * D + d, num / den)
         if ZB > 0:
-            z = h * ZB + tl.arange(0, ZB)
-            tl.store(ZP + z, tl.zeros([ZB], dtype=tl.float32), mask=z < ZN)
+            if tl.program_id(1) == 0:
+                z = h * ZB + tl.arange(0, ZB)
+                tl.store(ZP + z, tl.zeros([ZB], dtype=tl.float32), mask=z < ZN)
 
 
 _CANDIDATES: dict = {}  # (N, K, PRO, GLU, ACC, INT4): the tiles _prune kept for the autotuner (retune_in_step's trials)
@@ -630,6 +633,31 @@ def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length
     return "triton"
 
 
+MERGE_DEFAULT = (4, 1)
+
+
+def merge_launch(head_dim: int) -> tuple[int, int]:
+    """(programs a query head, warps a program) of the attention's merge: FLOORLINE_ATTN_MERGE="split,warps" if set,
+    else MERGE_DEFAULT -- each program a 1/split share of the head's dims, so that the merge's programs are many and
+    small (one warp fits an SM beside a chunk block that fills most of its registers, and starts before the chunks
+    end). "1,4" is the one program of 4 warps a head of sessions 1-9."""
+    fixed = os.environ.get("FLOORLINE_ATTN_MERGE")
+    split, warps = MERGE_DEFAULT
+    if fixed:
+        try:
+            split, warps = (int(v) for v in fixed.split(","))
+        except ValueError:
+            split = warps = 0
+        if split not in (1, 2, 4, 8) or warps not in (1, 2, 4, 8):
+            from floorline.errors import UserError
+
+            raise UserError(f"FLOORLINE_ATTN_MERGE={fixed!r}: use 'split,warps', each 1, 2, 4 or 8 (the merge's "
+                            "programs a query head and warps a program)")
+    while split > 1 and head_dim // split < 16:  # a program's share of the dims stays a power of two >= 16
+        split //= 2
+    return split, warps
+
+
 class AttnScratch:
     """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep, and the
     chunk kernel's launch parameters. Triton: the chunk (positions per program), tile (positions per inner step),
@@ -638,7 +666,7 @@ class AttnScratch:
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int | None = None,
                  tile: int | None = None, warps: int | None = None, stages: int | None = None,
-                 dtype=torch.bfloat16, backend: str | None = None):
+                 dtype=torch.bfloat16, backend: str | None = None, merge: tuple[int, int] | None = None):
         device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
@@ -652,6 +680,7 @@ class AttnScratch:
         else:
             self.chunk = chunk or (ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms))
             self.warps = warps or 8  # measured on the H200 (bench --attn-sweep: 7.1 us against 8.0 with 4 at ctx 2048)
+        self.merge = merge or merge_launch(head_dim)
         self.tile = min(tile or ATTN_BL, self.chunk)
         self.stages = stages or ATTN_STAGES
         self.nchunk = -(-length // self.chunk)
@@ -662,9 +691,10 @@ class AttnScratch:
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
 
     def name(self) -> str:
+        merge = "" if self.merge == (1, 4) else f", merge {self.merge[0]} x w{self.merge[1]}"
         if self.backend == "cuda":
-            return f"cuda chunk {self.chunk} w{self.warps}"
-        return f"chunk {self.chunk} tile {self.tile} w{self.warps} s{self.stages}"
+            return f"cuda chunk {self.chunk} w{self.warps}{merge}"
+        return f"chunk {self.chunk} tile {self.tile} w{self.warps} s{self.stages}{merge}"
 
 
 def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False):
@@ -686,7 +716,9 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                                                 BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
                                                 num_warps=scratch.warps, **_launch(pdl))
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
-    _attn_merge[(heads,)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),
-                          G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
-                          CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, **_launch(pdl))
+    split, mwarps = scratch.merge
+    _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),
+                                G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
+                                CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, DB=d // split,
+                                num_warps=mwarps, **_launch(pdl))
     return scratch.out
