@@ -35,6 +35,8 @@
 #               what the last session changed without a GPU left to check it
 #     final-min  the int4 step's GPU tests, records, kernel rows and agreement in one call of FINAL_BUDGET s
 #     final-s9  session 9's records: attention GPU tests, ctx-16384 agreement, native bf16 and int4 records
+#     cta-times  per-CTA start/end/SM of the CUDA attention chunks and of a plain fixed-slice read
+#     final-s11  session 11's: attention GPU tests, native records, attention bench rows, ctx 8192 A/B, agreement
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
 #     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
@@ -229,6 +231,44 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
+    cta-times)  # issue #14: when each CTA of the CUDA attention chunks starts and ends and on which SM, beside a plain
+                # read of fixed per-SM slices (scripts/cta_times.py; CTA_MODELS, default qwen2.5-7b llama-3.1-8b at
+                # ctx 16384)
+      for m in ${CTA_MODELS:-qwen2.5-7b llama-3.1-8b}; do
+        timeout 120 python3 scripts/cta_times.py --model $m --ctx ${CTA_CTX:-16384} --json "$OUT/cta_times_$m.json" \
+          2>&1 | tee "$OUT/cta_times_$m.log" | grep -vi warn
+      done ;;
+    final-s11)  # issue #14, session 11's sources in one call (FINAL_BUDGET s, default 540): the GPU tests of the
+                # attention (CUDA chunks, whose loads now take whole 32-byte sectors, + the merge), the native bf16
+                # records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the bench's attention rows
+                # of both models at ctx 2048 and 16384 (each checked against the torch reference first), int4 at
+                # ctx 2048, qwen2.5-7b ctx 8192 with FLOORLINE_ATTN=cuda beside auto (Triton's chunks there), then
+                # native against HF fp32 at ctx 16384 as the budget allows
+      budget=${FINAL_BUDGET:-540}
+      left() { echo $(( budget - ($(date +%s) - t0) )); }
+      timeout 120 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention > "$OUT/pytest_attn.log" 2>&1
+      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_attn.log" | cut -c1-400
+      fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      for m in qwen2.5-7b llama-3.1-8b; do
+        [ $(left) -gt 200 ] && timeout 120 python3 -m floorline.native.bench --model $m --only attention \
+          --attn-ctx 2048,16384 --json "$OUT/bench_attn_$m.json" > "$OUT/bench_attn_$m.log" 2>&1
+        grep -E "^\| rope|not timed|Error" "$OUT/bench_attn_$m.log" | awk -F'|' '{print "'$m'" $5 "|" $6 "|" $9 "|" $11}'
+      done
+      for m in qwen2.5-7b llama-3.1-8b; do
+        [ $(left) -gt 150 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
+          --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
+      done
+      [ $(left) -gt 150 ] && fl run --model qwen2.5-7b --ctx 8192 --mode native --output "$OUT/native_8192.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      [ $(left) -gt 120 ] && (export FLOORLINE_ATTN=cuda; fl run --model qwen2.5-7b --ctx 8192 --mode native \
+        --output "$OUT/native_8192_cuda.jsonl" >> "$OUT/native.log" 2>&1)
+      show_records "$OUT/native_bf16.jsonl" "$OUT/native_int4.jsonl" "$OUT/native_8192.jsonl" \
+        "$OUT/native_8192_cuda.jsonl"
+      [ $(left) -gt 90 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
+        -k "at_ctx_16384" 2>&1 | grep -E "vs HF fp32|vs torch|passed|failed|assert" | tee "$OUT/pytest_16384.log" ;;
     final-s10)  # issue #14, session 10's sources in one call: the GPU tests of the attention (CUDA chunks + the merge,
                 # now split over the head's dims), then the native records with the default merge (qwen2.5-7b bf16
                 # ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384; int4 at 2048) beside sessions 1-9's merge

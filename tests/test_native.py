@@ -357,6 +357,19 @@ def test_the_cuda_attention_chunk_fills_the_gpu_at_most_twice_and_its_override_i
             attn_cuda.config(2048, 4, 132)
 
 
+def test_the_cta_probe_still_finds_its_places_in_the_cuda_attention():
+    """scripts/cta_times.py builds a probed copy of attn_cuda's source by text: each anchor must sit there once (an
+    edit of the kernel that moves one would make the probe time something else, or fail on the GPU only)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("cta_times", Path(__file__).parents[1] / "scripts" / "cta_times.py")
+    cta = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cta)
+    src = cta.probed_source()
+    assert src.count("%%globaltimer") == 3 and "%%smid" in src and "unsigned long long* __restrict__ prb" in src
+
+
 def test_the_cuda_attention_says_in_one_line_why_it_cannot_serve_the_cpu():
     from floorline.native import attn_cuda
 

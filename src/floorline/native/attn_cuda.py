@@ -12,12 +12,16 @@ wait on the q/k/v GEMV (programmatic dependent launch): positions before `pos` w
 wait is predicated on the loaded words (nvrtc.PRELUDE's pdl_wait_after) so ptxas cannot hoist it above the loads. A lane
 loads 16-byte words straight into tensor-core fragments (no shared memory, no shuffles, no cross-warp step a tile):
 - S = Q K^T with mma.m16n8k16 (bf16, fp32 sums): Q the A operand (rows = the KV head's G <= 8 query heads, rows 8-15
-  zero), K the B operand (8 positions an n-block). The 128 dims are permuted so that a lane's 64 contiguous bytes of a
-  K row are its B fragments for all 8 k-steps: lane (r, t) holds dims 32 t .. 32 t + 31 of its rows, step j's pairs
-  being dims 32 t + 4 j + (0, 1) and (2, 3); Q's fragments follow the same permutation (a dot product does not care
-  about the order of its terms).
-- O^T += V^T P^T: V^T the A operand (16 dims x 16 positions; a lane's 32 contiguous bytes of four V rows, paired by
-  one prmt each), P^T the B operand, which is exactly S's accumulator layout converted to bf16: no data movement.
+  zero), K the B operand (8 positions an n-block). The 128 dims are permuted so that a lane's four 16-byte words of a
+  K row are its B fragments for all 8 k-steps: lane (r, t) holds dims 32 i + 8 t .. + 7 (i < 4) of its rows, step j's
+  pairs being dims 32 (j / 2) + 8 t + 4 (j % 2) + (0, 1) and (2, 3); Q's fragments follow the same permutation (a dot
+  product does not care about the order of its terms). One load instruction thus covers 64 contiguous bytes of each
+  of 8 rows (its 4 lanes t): whole 32-byte sectors. (Sessions 9-10 gave lane t dims 32 t .. 32 t + 31, so that each
+  instruction took half of every sector it touched and each sector left L2 twice: scripts/cta_times.py measured those
+  blocks streaming ~20 GB/s an SM where a plain read of the same slices gets ~31.)
+- O^T += V^T P^T: V^T the A operand (16 dims x 16 positions; a lane's two 16-byte words, dims 8 r and 64 + 8 r, of
+  four V rows, paired by one prmt each: a load instruction covers 128 contiguous bytes of each of 4 rows), P^T the B
+  operand, which is exactly S's accumulator layout converted to bf16: no data movement.
 Online softmax in fp32 per query head (each S row's max over a quad of lanes), per warp; the warps' partials combine
 once, in shared memory, into the chunk's partial (m, l, unnormalised o per query head: the layout and meaning of the
 Triton chunk kernel's, which the merge reads). The chunk holding `pos` also rotates this token's k, writes k and v to
@@ -34,7 +38,7 @@ import os
 
 import torch
 
-from floorline.native import nvrtc
+from floorline.native import env_pair, nvrtc
 
 SOURCE = nvrtc.PRELUDE + r"""
 typedef unsigned short u16;
@@ -65,32 +69,32 @@ __device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u3
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-struct Tile {  // one tile's loads: K rows 16t + 8b + lane/4 (64 bytes at dims (lane%4)32); V rows 16t + {0,1,8,9} +
-  uint4 k[2][4];  // 2(lane%4) (32 bytes at dims (lane/4)16)
-  uint4 v[4][2];
+struct Tile {  // one tile's loads: K rows 16t + 8b + lane/4 (16 bytes at dims 32i + 8(lane%4), i < 4); V rows 16t +
+  uint4 k[2][4];  // {0,1,8,9} + 2(lane%4) (16 bytes at dims 64h + 8(lane/4), h < 2). Every load instruction covers whole
+  uint4 v[4][2];  // 32-byte sectors (a K row's 64 bytes by 4 lanes, a V row's 128 by 8): each sector leaves L2 once
 };
 
 __device__ __forceinline__ void load_tile(Tile& a, const u16* kb, const u16* vb, int t, int tend, int pos, int r4,
                                           int t4) {
   if (t >= tend) return;  // (warp-uniform) past the chunk or the cached positions: nothing to load
   // rows past pos - 1 (in the last tile) read row pos - 1 again: in bounds, finite, and masked out of the softmax
-  const u16* k0 = kb + (long long)min(t * 16 + r4, pos - 1) * D + t4 * 32;
-  const u16* k1 = kb + (long long)min(t * 16 + 8 + r4, pos - 1) * D + t4 * 32;
+  const u16* k0 = kb + (long long)min(t * 16 + r4, pos - 1) * D + t4 * 8;
+  const u16* k1 = kb + (long long)min(t * 16 + 8 + r4, pos - 1) * D + t4 * 8;
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    a.k[0][i] = ldg(k0 + i * 8);
-    a.k[1][i] = ldg(k1 + i * 8);
+    a.k[0][i] = ldg(k0 + i * 32);
+    a.k[1][i] = ldg(k1 + i * 32);
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    const u16* v = vb + (long long)min(t * 16 + 2 * t4 + (i & 1) + (i >> 1) * 8, pos - 1) * D + r4 * 16;
+    const u16* v = vb + (long long)min(t * 16 + 2 * t4 + (i & 1) + (i >> 1) * 8, pos - 1) * D + r4 * 8;
     a.v[i][0] = ldg(v);
-    a.v[i][1] = ldg(v + 8);
+    a.v[i][1] = ldg(v + 64);
   }
 }
 
 // the online softmax of one tile: m, l (query head lane/4; l this lane's share), o (O^T fragments: dims
-// (lane/4)16 + 2mb (+1 for o[mb][2..3]), query heads 2(lane%4) (+1 for o[mb][1], o[mb][3]))
+// 64(mb/4) + 8(lane/4) + 2(mb%4) (+1 for o[mb][2..3]), query heads 2(lane%4) (+1 for o[mb][1], o[mb][3]))
 __device__ __forceinline__ void attend(const Tile& a, const u32* q, int t, int pos, int lane, float& m, float& l,
                                        float (&o)[8][4]) {
   const int t4 = lane & 3;
@@ -197,12 +201,11 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
       if (lane == 0) snew[g] = s;
     }
   }
-  u32 q[16];  // A fragments, permuted dims: q words r4 D/2 + t4 16 + i
+  u32 q[16];  // A fragments, the dims permuted as K's: q words 4i..4i+3 hold dims 32i + 8 t4 .. + 7 of head r4
   {
-    const uint4* qp = reinterpret_cast<const uint4*>(qs + r4 * D + t4 * 32);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-      const uint4 w = qp[i];
+      const uint4 w = *reinterpret_cast<const uint4*>(qs + r4 * D + i * 32 + t4 * 8);
       q[4 * i] = w.x; q[4 * i + 1] = w.y; q[4 * i + 2] = w.z; q[4 * i + 3] = w.w;
     }
   }
@@ -226,10 +229,11 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   }
 #pragma unroll
   for (int mb = 0; mb < 8; mb++) {
-    wo[warp][2 * t4][r4 * 16 + 2 * mb] = o[mb][0];
-    wo[warp][2 * t4][r4 * 16 + 2 * mb + 1] = o[mb][2];
-    wo[warp][2 * t4 + 1][r4 * 16 + 2 * mb] = o[mb][1];
-    wo[warp][2 * t4 + 1][r4 * 16 + 2 * mb + 1] = o[mb][3];
+    const int d = (mb / 4) * 64 + r4 * 8 + 2 * (mb % 4);
+    wo[warp][2 * t4][d] = o[mb][0];
+    wo[warp][2 * t4][d + 1] = o[mb][2];
+    wo[warp][2 * t4 + 1][d] = o[mb][1];
+    wo[warp][2 * t4 + 1][d + 1] = o[mb][3];
   }
   __syncthreads();
   const long long part = ((long long)kvh * NCH + c) * GP;
@@ -286,17 +290,14 @@ def config(length: int, kv_heads: int, sms: int) -> tuple[int, int]:
     8 warps where those CTAs about fill the SMs once (one CTA of 8 warps an SM), else 4. H200 (results/h200/
     attn_cuda): qwen2.5-7b ctx 16384 step (136 CTAs of 512) 3.955 ms with 8 warps against 4.005-4.008 with 4 (chunk
     256: 4.013), same lease; llama-3.1-8b ctx 16384 bench (272 CTAs) 4 x 512 24.0 us, 8 x 512 29.4."""
-    fixed = os.environ.get("FLOORLINE_ATTN_CUDA")
+    fixed = env_pair("FLOORLINE_ATTN_CUDA")
     if fixed:
         from floorline.errors import UserError
 
-        try:
-            w, c = (int(v) for v in fixed.split(","))
-        except ValueError:
-            w = c = 0
+        w, c = fixed
         if w not in WARPS or c not in (64, 128, 256, 512, 1024) or c < 16 * w:
-            raise UserError(f"FLOORLINE_ATTN_CUDA={fixed!r}: use 'warps,chunk' with warps 2, 4 or 8 and chunk 64, "
-                            "128, 256, 512 or 1024 cache positions, at least 16 x warps")
+            raise UserError(f"FLOORLINE_ATTN_CUDA={os.environ['FLOORLINE_ATTN_CUDA']!r}: use 'warps,chunk' with warps "
+                            "2, 4 or 8 and chunk 64, 128, 256, 512 or 1024 cache positions, at least 16 x warps")
         return w, c
     c = 128
     while c < 512 and -(-length // c) * kv_heads > 2 * sms:

@@ -35,6 +35,7 @@ try:
 except ImportError:  # floorline runs without Triton; only mode native and its kernel tests need it
     triton = tl = None
 
+from floorline.native import env_pair
 from floorline.native.int4_format import GROUP
 from floorline.native.int4_format import dequant as dequant_int4
 
@@ -417,8 +418,7 @@ if triton is not None:
 
     @triton.jit
     def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, ZP, ZN, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr = 0,
-                    DB: tl.constexpr = 0):
+                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr, DB: tl.constexpr):
         """The chunks' partial softmax sums of one query head, merged: program (h, j) merges dims [j DB, (j + 1) DB)
         of query head h (DB = D: one program a head). The position is read before the wait (it changes only between
         steps); each block of CB chunks has its maxima, sums and partial outputs loaded before any is used (one round
@@ -641,18 +641,12 @@ def merge_launch(head_dim: int) -> tuple[int, int]:
     else MERGE_DEFAULT -- each program a 1/split share of the head's dims, so that the merge's programs are many and
     small (one warp fits an SM beside a chunk block that fills most of its registers, and starts before the chunks
     end). "1,4" is the one program of 4 warps a head of sessions 1-9."""
-    fixed = os.environ.get("FLOORLINE_ATTN_MERGE")
-    split, warps = MERGE_DEFAULT
-    if fixed:
-        try:
-            split, warps = (int(v) for v in fixed.split(","))
-        except ValueError:
-            split = warps = 0
-        if split not in (1, 2, 4, 8) or warps not in (1, 2, 4, 8):
-            from floorline.errors import UserError
+    split, warps = env_pair("FLOORLINE_ATTN_MERGE") or MERGE_DEFAULT
+    if split not in (1, 2, 4, 8) or warps not in (1, 2, 4, 8):
+        from floorline.errors import UserError
 
-            raise UserError(f"FLOORLINE_ATTN_MERGE={fixed!r}: use 'split,warps', each 1, 2, 4 or 8 (the merge's "
-                            "programs a query head and warps a program)")
+        raise UserError(f"FLOORLINE_ATTN_MERGE={os.environ['FLOORLINE_ATTN_MERGE']!r}: use 'split,warps', each 1, 2, "
+                        "4 or 8 (the merge's programs a query head and warps a program)")
     while split > 1 and head_dim // split < 16:  # a program's share of the dims stays a power of two >= 16
         split //= 2
     return split, warps
