@@ -603,9 +603,11 @@ def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
 
 
 # auto picks the CUDA chunk kernel for caches of at least this many positions. H200, native bf16 steps, one process
-# a cell (results/h200/attn_cuda): qwen2.5-7b ctx 2048 3.683 ms Triton / 3.709 CUDA, ctx 8192 3.919 / 3.921 (a tie),
-# ctx 16384 4.089 / 4.006; llama-3.1-8b ctx 16384 4.616 / 4.548
-ATTN_CUDA_FROM = 12288
+# a cell, Triton / CUDA: session 9 (results/h200/attn_cuda) qwen2.5-7b ctx 2048 3.683 / 3.709 ms, ctx 8192 3.919 /
+# 3.921, ctx 16384 4.089 / 4.006; llama-3.1-8b ctx 16384 4.616 / 4.548. Session 11, CUDA loads of whole sectors
+# (results/h200/final_session11, cta_times/call2): qwen2.5-7b ctx 8192 3.860 / 3.824, ctx 2048 3.715 / 3.722;
+# llama-3.1-8b ctx 2048 4.072 / 4.059 (ties at 2048)
+ATTN_CUDA_FROM = 8192
 
 
 def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int) -> str:
