@@ -101,6 +101,22 @@ for f in sys.argv[1:]:
               f"{100 * r['floor_ms_peak'] / r['step_ms_median']:.1f}% of peak floor {r.get('valid')} ({f.split('/')[-1]})")
 PY
 }
+# left: seconds left of a final-* stage's $budget since the script started
+left() { echo $(( budget - ($(date +%s) - t0) )); }
+# attn_tests: the GPU tests of the attention (the CUDA chunks + the merge against the torch reference, PDL graph
+# replays) into $OUT/pytest_attn.log, their outcome printed
+attn_tests() {
+  timeout 120 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention > "$OUT/pytest_attn.log" 2>&1
+  grep -E "passed|failed|FAILED|Error" "$OUT/pytest_attn.log" | cut -c1-400
+}
+# int4_records SECS: native int4 at ctx 2048, qwen2.5-7b then llama-3.1-8b, each while more than SECS of the
+# budget are left, into $OUT/native_int4.jsonl
+int4_records() {
+  for m in qwen2.5-7b llama-3.1-8b; do
+    [ $(left) -gt $1 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
+      --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
+  done
+}
 # cell FILE LOG RUN-ARGS...: one `floorline run` (a fresh process, this shell's environment), its records appended to
 # FILE, its log to LOG; prints this run's medians alone (nothing if it failed, not an earlier cell's)
 cell() {
@@ -245,9 +261,7 @@ for stage in "${stages[@]}"; do
                 # ctx 2048, qwen2.5-7b ctx 8192 with FLOORLINE_ATTN=cuda beside auto (Triton's chunks there), then
                 # native against HF fp32 at ctx 16384 as the budget allows
       budget=${FINAL_BUDGET:-540}
-      left() { echo $(( budget - ($(date +%s) - t0) )); }
-      timeout 120 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention > "$OUT/pytest_attn.log" 2>&1
-      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_attn.log" | cut -c1-400
+      attn_tests
       fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
         >> "$OUT/native.log" 2>&1
       fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
@@ -257,10 +271,7 @@ for stage in "${stages[@]}"; do
           --attn-ctx 2048,16384 --json "$OUT/bench_attn_$m.json" > "$OUT/bench_attn_$m.log" 2>&1
         grep -E "^\| rope|not timed|Error" "$OUT/bench_attn_$m.log" | awk -F'|' '{print "'$m'" $5 "|" $6 "|" $9 "|" $11}'
       done
-      for m in qwen2.5-7b llama-3.1-8b; do
-        [ $(left) -gt 150 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
-          --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
-      done
+      int4_records 150
       [ $(left) -gt 150 ] && fl run --model qwen2.5-7b --ctx 8192 --mode native --output "$OUT/native_8192.jsonl" \
         >> "$OUT/native.log" 2>&1
       [ $(left) -gt 120 ] && (export FLOORLINE_ATTN=cuda; fl run --model qwen2.5-7b --ctx 8192 --mode native \
@@ -275,9 +286,7 @@ for stage in "${stages[@]}"; do
                 # (FLOORLINE_ATTN_MERGE=1,4: qwen2.5-7b 2048, 16384; llama-3.1-8b 16384), one process a model and
                 # side, then, as FINAL_BUDGET allows, native against HF fp32 at ctx 16384
       budget=${FINAL_BUDGET:-560}
-      left() { echo $(( budget - ($(date +%s) - t0) )); }
-      timeout 120 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention > "$OUT/pytest_attn.log" 2>&1
-      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_attn.log" | cut -c1-400
+      attn_tests
       fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
         >> "$OUT/native.log" 2>&1
       (export FLOORLINE_ATTN_MERGE=1,4; fl run --model qwen2.5-7b --ctx 2048,16384 --mode native \
@@ -286,10 +295,7 @@ for stage in "${stages[@]}"; do
         --output "$OUT/native_bf16.jsonl" >> "$OUT/native.log" 2>&1
       [ $(left) -gt 100 ] && (export FLOORLINE_ATTN_MERGE=1,4; fl run --model llama-3.1-8b --ctx 16384 --mode native \
         --output "$OUT/native_bf16_merge14.jsonl" >> "$OUT/native_merge14.log" 2>&1)
-      for m in qwen2.5-7b llama-3.1-8b; do
-        [ $(left) -gt 70 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
-          --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
-      done
+      int4_records 70
       show_records "$OUT/native_bf16.jsonl" "$OUT/native_bf16_merge14.jsonl" "$OUT/native_int4.jsonl"
       [ $(left) -gt 100 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
         -k "at_ctx_16384" 2>&1 | grep -E "vs HF fp32|vs torch|passed|failed|assert" | tee "$OUT/pytest_16384.log" ;;
@@ -298,7 +304,6 @@ for stage in "${stages[@]}"; do
                # bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384: one process a model),
                # the int4 records at ctx 2048, and, as the time left allows, the int4 picks diagnostic
       budget=${FINAL_BUDGET:-560}
-      left() { echo $(( budget - ($(date +%s) - t0) )); }
       timeout 200 python3 -m pytest -q -s -rf -m gpu tests/test_gpu_native.py \
         -k "cuda_attention or at_ctx_16384" > "$OUT/pytest_s9.log" 2>&1
       grep -E "vs HF fp32|passed|failed|FAILED|Error" "$OUT/pytest_s9.log" | cut -c1-400
@@ -306,10 +311,7 @@ for stage in "${stages[@]}"; do
         >> "$OUT/native.log" 2>&1
       fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
         >> "$OUT/native.log" 2>&1
-      for m in qwen2.5-7b llama-3.1-8b; do
-        [ $(left) -gt 60 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
-          --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
-      done
+      int4_records 60
       show_records "$OUT/native_bf16.jsonl" "$OUT/native_int4.jsonl"
       [ $(left) -gt 100 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
         -k "taken_out_in_turn" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" | tee "$OUT/pytest_picks.log" ;;
@@ -436,14 +438,10 @@ for stage in "${stages[@]}"; do
                 # both models and bf16 qwen2.5-7b at ctx 2048, the int4 CUDA GEMV's per-kernel rows, int4 agreement
                 # with HF fp32 -- each only if the time left allows it (explain: `final2`)
       budget=${FINAL_BUDGET:-380}
-      left() { echo $(( budget - ($(date +%s) - t0) )); }
       timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py \
         -k "replays_real_tokens and int4 or every_split_qkv" > "$OUT/pytest_min.log" 2>&1
       grep -E "passed|failed|FAILED|Error" "$OUT/pytest_min.log" | cut -c1-400
-      for m in qwen2.5-7b llama-3.1-8b; do
-        [ $(left) -gt 60 ] && fl run --model $m --ctx 2048 --quant int4 --mode native \
-          --output "$OUT/native_int4.jsonl" >> "$OUT/native.log" 2>&1
-      done
+      int4_records 60
       [ $(left) -gt 150 ] && fl run --model qwen2.5-7b --ctx 2048 --mode native --output "$OUT/native_bf16.jsonl" \
         >> "$OUT/native.log" 2>&1
       show_records "$OUT/native_int4.jsonl" "$OUT/native_bf16.jsonl"
