@@ -109,15 +109,12 @@ def chunk_runs(model: str, ctx: int, warps: int, chunk: int, reps: int) -> list[
     h, kv, d = cfg.heads, cfg.kv_heads, cfg.head_dim
     dev = torch.device("cuda")
     length = ctx + 64
-    nchunk = -(-length // chunk)
-    defines = dict(attn_cuda._defines(h, kv, warps, chunk, nchunk, 16, 0))
-    kern = load(probed_source(), "attn_chunk", defines)
+    sc = K.AttnScratch(h, kv, d, length, dev, chunk=chunk, warps=warps, backend="cuda")  # the step's partials
+    nchunk = sc.nchunk
+    kern = load(probed_source(), "attn_chunk", dict(attn_cuda._defines(h, kv, warps, chunk, nchunk, sc.gp, 0)))
     qkv = torch.randn((h + 2 * kv) * d, device=dev)
     cos, sin = K.rope_tables(torch.rand(d // 2, device=dev), length, 1.0, dev)
     pos = torch.tensor([ctx], device=dev, dtype=torch.int32)
-    m = torch.empty(kv, nchunk, 16, device=dev)
-    l_ = torch.empty_like(m)
-    o = torch.empty(kv, nchunk, 16, d, device=dev)
     caches = [(torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16),
                torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16)) for _ in range(3)]
     prb = torch.zeros(kv * nchunk, 4, dtype=torch.int64, device=dev)
@@ -127,7 +124,7 @@ def chunk_runs(model: str, ctx: int, warps: int, chunk: int, reps: int) -> list[
     for rep in range(reps + 2):
         kc, vc = caches[rep % 3]
         prb.zero_()
-        vals = [ctypes.c_void_p(t.data_ptr()) for t in (qkv, cos, sin, pos, kc, vc, m, l_, o)]
+        vals = [ctypes.c_void_p(t.data_ptr()) for t in (qkv, cos, sin, pos, kc, vc, sc.m, sc.l, sc.o)]
         vals += [ctypes.c_float(d ** -0.5), ctypes.c_longlong(kc.stride(0)), ctypes.c_void_p(prb.data_ptr())]
         nvrtc.launch(kern.func, (nchunk, kv, 1), warps * 32, 0, torch.cuda.current_stream().cuda_stream, vals)
         torch.cuda.synchronize()
