@@ -37,6 +37,8 @@
 #     final-s9  session 9's records: attention GPU tests, ctx-16384 agreement, native bf16 and int4 records
 #     cta-times  per-CTA start/end/SM of the CUDA attention chunks and of a plain fixed-slice read
 #     final-s11  session 11's: attention GPU tests, native records, attention bench rows, ctx 8192 A/B, agreement
+#     step-ends  session 12's: the step's embedding and next-token kernels (GPU tests, explain)
+#     final-s12  session 12's sources: step-end GPU tests, native records, agreement with HF at ctx 256
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
 #     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
@@ -247,6 +249,30 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
+    final-s12)  # issue #14, session 12's sources in one call (FINAL_BUDGET s, default 540): the step ends' GPU tests
+                # and graph replays, the native bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048,
+                # 16384), int4 at ctx 2048, then native against HF fp32 over 32 steps at ctx 256 as the budget allows
+      budget=${FINAL_BUDGET:-540}
+      timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k "step_ends or replays_real_tokens" \
+        > "$OUT/pytest_ends.log" 2>&1
+      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_ends.log" | cut -c1-400
+      fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
+        >> "$OUT/native.log" 2>&1
+      int4_records 150
+      show_records "$OUT/native_bf16.jsonl" "$OUT/native_int4.jsonl"
+      [ $(left) -gt 90 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
+        -k "agrees_with_hf_in_bf16" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" | tee "$OUT/pytest_agree.log" ;;
+    step-ends)  # issue #14, session 12: the step's first and last kernels (_embed; _next_token: argmax, token and
+                # position) as PDL launches instead of torch's index_select, copy, argmax, copy and add: their GPU
+                # tests and the runtime's graph replays against the torch reference, explain of native bf16 at ctx
+                # 2048; their A/B: `step-ends native-ab` with AB_BASE the sources before them
+      timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k "step_ends or replays_real_tokens" \
+        > "$OUT/pytest_ends.log" 2>&1
+      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_ends.log" | cut -c1-400
+      timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
+        --out "$OUT/explain_native" 2>&1 | grep -v -i warn | tee "$OUT/explain_native.log" | head -40 ;;
     cta-times)  # issue #14: when each CTA of the CUDA attention chunks starts and ends and on which SM, beside a plain
                 # read of fixed per-SM slices (scripts/cta_times.py; CTA_MODELS, default qwen2.5-7b llama-3.1-8b at
                 # ctx 16384)

@@ -200,6 +200,48 @@ def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
     rt.close()
 
 
+
+def test_the_step_ends_replay_in_a_graph_with_pdl():
+    """_embed and _next_token on a 152064-word vocabulary, captured with a GEMV between them (PDL edges both ways)
+    and replayed 20 times: each replay's token is torch.argmax of its logits (a tie planted across programs in some),
+    the position advances once a replay, the embedding row follows the token, the state is reset after each."""
+    from floorline.native import kernels as K
+
+    dev = torch.device("cuda")
+    g = torch.Generator(dev).manual_seed(3)
+    n, h = 152064, 3584
+    embed = torch.randn(n, h, device=dev, generator=g).bfloat16()
+    w = torch.randn(n // 16, h, device=dev, generator=g).bfloat16()
+    x, small = torch.zeros(h, device=dev), torch.zeros(n // 16, device=dev)
+    logits = torch.zeros(n, device=dev)
+    tok, pos = torch.zeros(1, dtype=torch.long, device=dev), torch.tensor([7], dtype=torch.int32, device=dev)
+    state = K.next_token_state(dev)
+
+    def step():
+        K.tri_embed(embed, tok, x)
+        K.tri_gemv(w, x, out=small)
+        K.tri_next_token(logits, tok, pos, state)
+
+    step()  # compiles and autotunes outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for i in range(20):
+        logits.copy_(torch.randn(n, device=dev, generator=g))
+        if i % 3 == 0:  # equal maxima in different programs: the first index wins
+            a, b = 5 * K.STEP_BLOCK + 11, 90 * K.STEP_BLOCK + 1
+            logits[a] = logits.max() + 1
+            logits[b] = logits[a]
+        before = int(pos)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert int(tok) == int(logits.argmax()) and int(pos) == before + 1
+        assert state.tolist() == [-(2**63), 0]
+        graph.replay()  # the next replay's embedding row is this token's
+        torch.cuda.synchronize()
+        assert torch.equal(x, embed[int(logits.argmax())].float())
+
 # --------------------------------------------------------------------------------------- the int4 CUDA GEMV
 def _int4_case(n, k, seed=0):
     from floorline.native import int4_format as F

@@ -172,6 +172,34 @@ def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk
     assert torch.equal(kc[:, :pos], kr[:, :pos]) and kc[:, pos].abs().sum() > 0
 
 
+
+@interpreted
+@pytest.mark.parametrize("case", ["tie across programs", "all negative", "one program", "max in the last element"])
+def test_the_step_ends_take_the_embedding_row_and_the_first_argmax_and_advance_the_position(case):
+    """_embed and _next_token against index_select and torch.argmax: several programs (the last one partial), equal
+    maxima in different programs (the first index wins), negative logits (the packed key's reversed magnitudes), three
+    steps in a row on one state (the last program resets it)."""
+    n = {"one program": 700}.get(case, 3 * K.STEP_BLOCK - 100)
+    state = K.next_token_state("cpu")
+    tok, pos = torch.zeros(1, dtype=torch.long), torch.tensor([5], dtype=torch.int32)
+    embed = _rand(n, 40, dtype=torch.bfloat16)
+    x = torch.zeros(40)
+    for step in range(3):
+        logits = _rand(n) - (50.0 if case == "all negative" else 0.0)
+        top = {"tie across programs": [K.STEP_BLOCK + 7, 2 * K.STEP_BLOCK + 3], "max in the last element": [n - 1]}
+        for i in top.get(case, []):
+            logits[i] = logits.max() + 1.0 if i == top[case][0] else logits[top[case][0]]
+        K.tri_next_token(logits, tok, pos, state)
+        assert int(tok) == int(logits.argmax()) and int(pos) == 6 + step
+        assert state.tolist() == [-(2**63), 0]
+        K.tri_embed(embed, tok, x)
+        assert torch.equal(x, embed[int(tok)].float())
+    if case == "tie across programs":
+        assert int(tok) == K.STEP_BLOCK + 7
+    logits[K.STEP_BLOCK // 2] = float("nan")  # a broken model's logits still give a row of the embedding
+    K.tri_next_token(logits, tok, pos, state)
+    assert 0 <= int(tok) < n and state.tolist() == [-(2**63), 0]
+
 def test_attention_chunks_grow_with_the_context_to_fill_the_gpu(monkeypatch):
     monkeypatch.delenv("FLOORLINE_ATTN_CHUNK", raising=False)
     assert K.attn_chunk_len(2048, 4, 132) == 64  # 4 kv heads x 32 chunks: about one program per SM

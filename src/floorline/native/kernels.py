@@ -457,6 +457,44 @@ if triton is not None:
                 tl.store(ZP + z, tl.zeros([ZB], dtype=tl.float32), mask=z < ZN)
 
 
+    @triton.jit
+    def _embed(E, stride_e, TOK, X, H, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        """The step's first kernel: x (fp32) = row `tok` of the embedding E; program p copies [p BLOCK, (p + 1) BLOCK).
+        tok was written by the previous step's last kernel (_next_token)."""
+        if PDL == 1:
+            tl.extra.cuda.gdc_launch_dependents()
+        _pdl_wait(PDL)
+        tok = tl.load(TOK)  # int64: tok * stride_e stays exact past 2^31 elements
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = offs < H
+        tl.store(X + offs, tl.load(E + tok * stride_e + offs, mask=live).to(tl.float32), mask=live)
+
+    @triton.jit
+    def _next_token(LOGITS, N, STATE, TOK, POS, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        """The step's last kernel: tok = argmax(logits) (the first index among equal maxima, as torch.argmax) and
+        pos += 1, on the device. Program p takes logits [p BLOCK, (p + 1) BLOCK) and raises STATE[0] to its packed
+        key (tpdist.argmax_across's: the max's fp32 bits made order-preserving << 32 | (2^32 - 1 - index)) with an
+        atomic max; STATE[1] counts the programs done, and the last one writes tok and pos and resets both words for
+        the next step (STATE starts as (-2^63, 0): next_token_state)."""
+        if PDL == 1:
+            tl.extra.cuda.gdc_launch_dependents()
+        _pdl_wait(PDL)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(LOGITS + offs, mask=offs < N, other=float("-inf"))
+        m = tl.max(v, 0)
+        # the first index holding the max (or a NaN: a NaN max matches nothing, and the token must stay a row)
+        i = tl.min(tl.where((v == m) | (v != v), offs, N), 0).to(tl.int64)
+        bits = m.to(tl.int32, bitcast=True)
+        ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)  # negative floats: reverse magnitude
+        tl.atomic_max(STATE, ordered * 4294967296 + (4294967295 - i))
+        done = tl.atomic_add(STATE + 1, 1)  # acq_rel: the last program sees every program's atomic max
+        if done == tl.num_programs(0) - 1:
+            key = tl.atomic_xchg(STATE, -9223372036854775807 - 1)
+            tl.store(TOK, 4294967295 - (key & 4294967295))
+            tl.store(POS, tl.load(POS) + 1)
+            tl.atomic_xchg(STATE + 1, 0)
+
+
 _CANDIDATES: dict = {}  # (N, K, PRO, GLU, ACC, INT4): the tiles _prune kept for the autotuner (retune_in_step's trials)
 _USED: set = set()  # the same keys, autotuned launches since the last clear (retune_in_step: the step's own shapes)
 # FLOORLINE_TRITON_STEP_TUNE (default 1; 0 turns it off): mode native re-times the Triton GEMV's tiles inside the
@@ -718,3 +756,29 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                                 CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, DB=d // split,
                                 num_warps=mwarps, **_launch(pdl))
     return scratch.out
+
+
+# ------------------------------------------------------------------------------------------- the step's ends
+STEP_BLOCK = 1024  # elements a program of _embed and _next_token (a vocabulary of 152064: 149 programs)
+
+
+def next_token_state(device) -> torch.Tensor:
+    """_next_token's two int64 words: the running packed key (starts below every key) and the programs done."""
+    return torch.tensor([-(2**63), 0], dtype=torch.int64, device=device)
+
+
+def tri_embed(embed: torch.Tensor, tok: torch.Tensor, x: torch.Tensor) -> None:
+    """x (fp32) = embed[tok] in one PDL launch: the GPU twin of x.copy_(embed.index_select(0, tok)[0])."""
+    pdl = _pdl_default()
+    n = x.numel()
+    _embed[(triton.cdiv(n, STEP_BLOCK),)](embed, embed.stride(0), tok, x, n, BLOCK=STEP_BLOCK, PDL=pdl,
+                                          num_warps=4, **_launch(pdl))
+
+
+def tri_next_token(logits: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor, state: torch.Tensor) -> None:
+    """tok = argmax(logits), pos += 1 in one PDL launch: the GPU twin of tok.copy_(logits.argmax().view(1));
+    pos.add_(1). With NaN logits the token is a valid row, not necessarily torch.argmax's (the first NaN)."""
+    pdl = _pdl_default()
+    n = logits.numel()
+    _next_token[(triton.cdiv(n, STEP_BLOCK),)](logits, n, state, tok, pos, BLOCK=STEP_BLOCK, PDL=pdl, num_warps=4,
+                                               **_launch(pdl))

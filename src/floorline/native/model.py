@@ -67,6 +67,7 @@ class NativeModel:
         self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
         self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
+        self.next_state = K.next_token_state(dev) if self.ops == "triton" else None
         self.attn = (K.AttnScratch(h, kv, d, self.max_len, dev, dtype=self.embed.dtype) if self.ops == "triton"
                      else None)
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
@@ -103,7 +104,10 @@ class NativeModel:
     def step(self) -> None:
         """One token: self.tok at self.pos in, the next token and position out, all on the device, in place."""
         x = self.x
-        x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
+        if self.ops == "triton":  # a PDL launch: the first q/k/v GEMV's programs load weights while it runs
+            K.tri_embed(self.embed, self.tok, x)
+        else:
+            x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
         for i, lay in enumerate(self.layers):
             self._qkv(lay, x)
             a = self._attention(i)
@@ -111,8 +115,11 @@ class NativeModel:
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
             self._gemv(lay["down"], self.act, x, residual=x)
         self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
-        self.tok.copy_(self.logits.argmax().view(1))
-        self.pos.add_(1)
+        if self.ops == "triton":
+            K.tri_next_token(self.logits, self.tok, self.pos, self.next_state)
+        else:
+            self.tok.copy_(self.logits.argmax().view(1))
+            self.pos.add_(1)
 
     # -------------------------------------------------------------------------------------------- prefill
     @torch.no_grad()
