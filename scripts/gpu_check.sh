@@ -38,6 +38,7 @@
 #     cta-times  per-CTA start/end/SM of the CUDA attention chunks and of a plain fixed-slice read
 #     final-s11  session 11's: attention GPU tests, native records, attention bench rows, ctx 8192 A/B, agreement
 #     step-ends  session 12's: the step's embedding and next-token kernels (GPU tests, explain)
+#     tiles      session 12's: every bf16 GEMV tile of the autotuner against its reference on the GPU
 #     final-s12  session 12's sources: step-end GPU tests, native records, agreement with HF at ctx 256
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
@@ -264,6 +265,11 @@ for stage in "${stages[@]}"; do
       show_records "$OUT/native_bf16.jsonl" "$OUT/native_int4.jsonl"
       [ $(left) -gt 90 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
         -k "agrees_with_hf_in_bf16" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" | tee "$OUT/pytest_agree.log" ;;
+    tiles)  # issue #14, session 12: every bf16 GEMV tile of the autotuner against ref_gemv on qwen2.5-7b's shapes
+            # (before the step may pick it); A/B the table with `tiles native-ab`
+      timeout 200 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k "every_bf16_tile" \
+        > "$OUT/pytest_tiles.log" 2>&1
+      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_tiles.log" | cut -c1-400 ;;
     step-ends)  # issue #14, session 12: the step's first and last kernels (_embed; _next_token: argmax, token and
                 # position) as PDL launches instead of torch's index_select, copy, argmax, copy and add: their GPU
                 # tests and the runtime's graph replays against the torch reference, explain of native bf16 at ctx
@@ -271,7 +277,7 @@ for stage in "${stages[@]}"; do
       timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k "step_ends or replays_real_tokens" \
         > "$OUT/pytest_ends.log" 2>&1
       grep -E "passed|failed|FAILED|Error" "$OUT/pytest_ends.log" | cut -c1-400
-      timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
+      [ -n "${ENDS_NO_EXPLAIN:-}" ] || timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
         --out "$OUT/explain_native" 2>&1 | grep -v -i warn | tee "$OUT/explain_native.log" | head -40 ;;
     cta-times)  # issue #14: when each CTA of the CUDA attention chunks starts and ends and on which SM, beside a plain
                 # read of fixed per-SM slices (scripts/cta_times.py; CTA_MODELS, default qwen2.5-7b llama-3.1-8b at

@@ -201,6 +201,33 @@ def test_native_runtime_replays_real_tokens(quant_name, monkeypatch):
 
 
 
+
+@pytest.mark.parametrize("shape", ["qkv", "o", "gate_up", "down"])
+def test_every_bf16_tile_of_the_autotuner_matches_the_reference(shape):
+    """Each tile the autotuner may pick (kernels._BF16, pruned as it prunes them) on qwen2.5-7b's shape, with its
+    prologue and epilogue, against ref_gemv: the step re-times them all and keeps the fastest, so each must be right."""
+    from floorline.native import kernels as K
+
+    dev = torch.device("cuda")
+    g = torch.Generator(dev).manual_seed(4)
+    n, k, pro, glu, res = {"qkv": (4608, 3584, K.PRO_RMSNORM, False, False), "o": (3584, 3584, K.PRO_NONE, False, True),
+                           "gate_up": (37888, 3584, K.PRO_RMSNORM, True, False),
+                           "down": (3584, 18944, K.PRO_NONE, False, True)}[shape]
+    w = (torch.randn(n, k, device=dev, generator=g) * 0.02).bfloat16()
+    x, nw = torch.randn(k, device=dev, generator=g), torch.rand(k, device=dev, generator=g) + 0.5
+    bias = torch.randn(n, device=dev, generator=g) * 0.1 if shape == "qkv" else None
+    r0 = torch.randn(n, device=dev, generator=g)
+    kw = dict(pro=pro, norm_w=nw if pro else None, bias=bias, glu=glu)
+    want = K.ref_gemv(w, x, **kw, residual=r0 if res else None)
+    tiles = K._prune(K._BF16, {"N": n, "K": k}, PRO=pro, GLU=glu, ACC=res, INT4=False)
+    assert len(tiles) > 5
+    for t in tiles:
+        cfg = {**t.kwargs, "num_warps": t.num_warps}
+        out = r0.clone() if res else torch.zeros(n // 2 if glu else n, device=dev)
+        K.tri_gemv(w, x, **kw, residual=out if res else None, out=out, config=cfg)
+        err = ((out - want).norm() / want.norm()).item()
+        assert err < 1e-4, (K.tile_name(t), err)
+
 def test_the_step_ends_replay_in_a_graph_with_pdl():
     """_embed and _next_token on a 152064-word vocabulary, captured with a GEMV between them (PDL edges both ways)
     and replayed 20 times: each replay's token is torch.argmax of its logits (a tie planted across programs in some),
