@@ -277,7 +277,7 @@ for stage in "${stages[@]}"; do
       timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k "step_ends or replays_real_tokens" \
         > "$OUT/pytest_ends.log" 2>&1
       grep -E "passed|failed|FAILED|Error" "$OUT/pytest_ends.log" | cut -c1-400
-      [ -n "${ENDS_NO_EXPLAIN:-}" ] || timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
+      timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
         --out "$OUT/explain_native" 2>&1 | grep -v -i warn | tee "$OUT/explain_native.log" | head -40 ;;
     cta-times)  # issue #14: when each CTA of the CUDA attention chunks starts and ends and on which SM, beside a plain
                 # read of fixed per-SM slices (scripts/cta_times.py; CTA_MODELS, default qwen2.5-7b llama-3.1-8b at
