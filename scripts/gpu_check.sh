@@ -106,11 +106,26 @@ PY
 }
 # left: seconds left of a final-* stage's $budget since the script started
 left() { echo $(( budget - ($(date +%s) - t0) )); }
+# gpu_pytest SECS NAME EXPR: the gpu-marked tests of tests/test_gpu_native.py matching EXPR, time-boxed, into
+# $OUT/pytest_NAME.log; their outcome and printed figures shown
+gpu_pytest() {
+  timeout "$1" python3 -m pytest -q -s -rf -m gpu tests/test_gpu_native.py -k "$3" > "$OUT/pytest_$2.log" 2>&1
+  grep -E "vs HF fp32|vs torch|passed|skipped|failed|FAILED|Error|assert" "$OUT/pytest_$2.log" | cut -c1-400
+}
+# gpu_pytest_left MIN NAME EXPR: gpu_pytest in what is left of the budget, if more than MIN seconds
+gpu_pytest_left() { [ $(left) -gt "$1" ] && gpu_pytest $(( $(left) - 5 )) "$2" "$3"; }
 # attn_tests: the GPU tests of the attention (the CUDA chunks + the merge against the torch reference, PDL graph
 # replays) into $OUT/pytest_attn.log, their outcome printed
 attn_tests() {
-  timeout 120 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k cuda_attention > "$OUT/pytest_attn.log" 2>&1
-  grep -E "passed|failed|FAILED|Error" "$OUT/pytest_attn.log" | cut -c1-400
+  gpu_pytest 120 attn cuda_attention
+}
+# bf16_records: native bf16, qwen2.5-7b at ctx 2048, 16384, 30720 and llama-3.1-8b at 2048, 16384 (one process a
+# model), into $OUT/native_bf16.jsonl
+bf16_records() {
+  fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
+    >> "$OUT/native.log" 2>&1
+  fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
+    >> "$OUT/native.log" 2>&1
 }
 # int4_records SECS: native int4 at ctx 2048, qwen2.5-7b then llama-3.1-8b, each while more than SECS of the
 # budget are left, into $OUT/native_int4.jsonl
@@ -254,29 +269,19 @@ for stage in "${stages[@]}"; do
                 # and graph replays, the native bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048,
                 # 16384), int4 at ctx 2048, then native against HF fp32 over 32 steps at ctx 256 as the budget allows
       budget=${FINAL_BUDGET:-540}
-      timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k "step_ends or replays_real_tokens" \
-        > "$OUT/pytest_ends.log" 2>&1
-      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_ends.log" | cut -c1-400
-      fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
-        >> "$OUT/native.log" 2>&1
-      fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
-        >> "$OUT/native.log" 2>&1
+      gpu_pytest 150 ends "step_ends or replays_real_tokens"
+      bf16_records
       int4_records 150
       show_records "$OUT/native_bf16.jsonl" "$OUT/native_int4.jsonl"
-      [ $(left) -gt 90 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
-        -k "agrees_with_hf_in_bf16" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" | tee "$OUT/pytest_agree.log" ;;
+      gpu_pytest_left 90 agree agrees_with_hf_in_bf16 ;;
     tiles)  # issue #14, session 12: every bf16 GEMV tile of the autotuner against ref_gemv on qwen2.5-7b's shapes
             # (before the step may pick it); A/B the table with `tiles native-ab`
-      timeout 200 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k "every_bf16_tile" \
-        > "$OUT/pytest_tiles.log" 2>&1
-      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_tiles.log" | cut -c1-400 ;;
+      gpu_pytest 200 tiles every_bf16_tile ;;
     step-ends)  # issue #14, session 12: the step's first and last kernels (_embed; _next_token: argmax, token and
                 # position) as PDL launches instead of torch's index_select, copy, argmax, copy and add: their GPU
                 # tests and the runtime's graph replays against the torch reference, explain of native bf16 at ctx
                 # 2048; their A/B: `step-ends native-ab` with AB_BASE the sources before them
-      timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k "step_ends or replays_real_tokens" \
-        > "$OUT/pytest_ends.log" 2>&1
-      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_ends.log" | cut -c1-400
+      gpu_pytest 150 ends "step_ends or replays_real_tokens"
       timeout 120 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
         --out "$OUT/explain_native" 2>&1 | grep -v -i warn | tee "$OUT/explain_native.log" | head -40 ;;
     cta-times)  # issue #14: when each CTA of the CUDA attention chunks starts and ends and on which SM, beside a plain
@@ -294,10 +299,7 @@ for stage in "${stages[@]}"; do
                 # native against HF fp32 at ctx 16384 as the budget allows
       budget=${FINAL_BUDGET:-540}
       attn_tests
-      fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
-        >> "$OUT/native.log" 2>&1
-      fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
-        >> "$OUT/native.log" 2>&1
+      bf16_records
       for m in qwen2.5-7b llama-3.1-8b; do
         [ $(left) -gt 200 ] && timeout 120 python3 -m floorline.native.bench --model $m --only attention \
           --attn-ctx 2048,16384 --json "$OUT/bench_attn_$m.json" > "$OUT/bench_attn_$m.log" 2>&1
@@ -310,8 +312,7 @@ for stage in "${stages[@]}"; do
         --output "$OUT/native_8192_cuda.jsonl" >> "$OUT/native.log" 2>&1)
       show_records "$OUT/native_bf16.jsonl" "$OUT/native_int4.jsonl" "$OUT/native_8192.jsonl" \
         "$OUT/native_8192_cuda.jsonl"
-      [ $(left) -gt 90 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
-        -k "at_ctx_16384" 2>&1 | grep -E "vs HF fp32|vs torch|passed|failed|assert" | tee "$OUT/pytest_16384.log" ;;
+      gpu_pytest_left 90 16384 at_ctx_16384 ;;
     final-s10)  # issue #14, session 10's sources in one call: the GPU tests of the attention (CUDA chunks + the merge,
                 # now split over the head's dims), then the native records with the default merge (qwen2.5-7b bf16
                 # ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384; int4 at 2048) beside sessions 1-9's merge
@@ -329,24 +330,17 @@ for stage in "${stages[@]}"; do
         --output "$OUT/native_bf16_merge14.jsonl" >> "$OUT/native_merge14.log" 2>&1)
       int4_records 70
       show_records "$OUT/native_bf16.jsonl" "$OUT/native_bf16_merge14.jsonl" "$OUT/native_int4.jsonl"
-      [ $(left) -gt 100 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
-        -k "at_ctx_16384" 2>&1 | grep -E "vs HF fp32|vs torch|passed|failed|assert" | tee "$OUT/pytest_16384.log" ;;
+      gpu_pytest_left 100 16384 at_ctx_16384 ;;
     final-s9)  # issues #13, #14 at session 9's sources in one call: the GPU tests of the attention path (the CUDA
                # chunks, then both models against HF fp32 at ctx 16384, which the CUDA chunks now serve), the native
                # bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384: one process a model),
                # the int4 records at ctx 2048, and, as the time left allows, the int4 picks diagnostic
       budget=${FINAL_BUDGET:-560}
-      timeout 200 python3 -m pytest -q -s -rf -m gpu tests/test_gpu_native.py \
-        -k "cuda_attention or at_ctx_16384" > "$OUT/pytest_s9.log" 2>&1
-      grep -E "vs HF fp32|passed|failed|FAILED|Error" "$OUT/pytest_s9.log" | cut -c1-400
-      fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
-        >> "$OUT/native.log" 2>&1
-      fl run --model llama-3.1-8b --ctx 2048,16384 --mode native --output "$OUT/native_bf16.jsonl" \
-        >> "$OUT/native.log" 2>&1
+      gpu_pytest 200 s9 "cuda_attention or at_ctx_16384"
+      bf16_records
       int4_records 60
       show_records "$OUT/native_bf16.jsonl" "$OUT/native_int4.jsonl"
-      [ $(left) -gt 100 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
-        -k "taken_out_in_turn" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" | tee "$OUT/pytest_picks.log" ;;
+      gpu_pytest_left 100 picks taken_out_in_turn ;;
     native-ab)  # a change A/B'd on the native steps: the sources in $AB_BASE (default out/ab_base: `git archive REV src |
                 # tar -x -C out/ab_base`, carried) against these, one fresh process a cell, base then new for each cell
                 # of $AB_CELLS ("model:quant:ctx" items; default qwen2.5-7b int4, bf16 and llama-3.1-8b int4 at 2048)
