@@ -114,11 +114,6 @@ gpu_pytest() {
 }
 # gpu_pytest_left MIN NAME EXPR: gpu_pytest in what is left of the budget, if more than MIN seconds
 gpu_pytest_left() { [ $(left) -gt "$1" ] && gpu_pytest $(( $(left) - 5 )) "$2" "$3"; }
-# attn_tests: the GPU tests of the attention (the CUDA chunks + the merge against the torch reference, PDL graph
-# replays) into $OUT/pytest_attn.log, their outcome printed
-attn_tests() {
-  gpu_pytest 120 attn cuda_attention
-}
 # bf16_records: native bf16, qwen2.5-7b at ctx 2048, 16384, 30720 and llama-3.1-8b at 2048, 16384 (one process a
 # model), into $OUT/native_bf16.jsonl
 bf16_records() {
@@ -298,7 +293,7 @@ for stage in "${stages[@]}"; do
                 # ctx 2048, qwen2.5-7b ctx 8192 with FLOORLINE_ATTN=cuda beside auto (Triton's chunks there), then
                 # native against HF fp32 at ctx 16384 as the budget allows
       budget=${FINAL_BUDGET:-540}
-      attn_tests
+      gpu_pytest 120 attn cuda_attention  # the CUDA chunks + merge against the torch reference, PDL replays
       bf16_records
       for m in qwen2.5-7b llama-3.1-8b; do
         [ $(left) -gt 200 ] && timeout 120 python3 -m floorline.native.bench --model $m --only attention \
@@ -319,7 +314,7 @@ for stage in "${stages[@]}"; do
                 # (FLOORLINE_ATTN_MERGE=1,4: qwen2.5-7b 2048, 16384; llama-3.1-8b 16384), one process a model and
                 # side, then, as FINAL_BUDGET allows, native against HF fp32 at ctx 16384
       budget=${FINAL_BUDGET:-560}
-      attn_tests
+      gpu_pytest 120 attn cuda_attention  # the CUDA chunks + merge against the torch reference, PDL replays
       fl run --model qwen2.5-7b --ctx 2048,16384,30720 --mode native --output "$OUT/native_bf16.jsonl" \
         >> "$OUT/native.log" 2>&1
       (export FLOORLINE_ATTN_MERGE=1,4; fl run --model qwen2.5-7b --ctx 2048,16384 --mode native \
@@ -464,22 +459,17 @@ for stage in "${stages[@]}"; do
                 # both models and bf16 qwen2.5-7b at ctx 2048, the int4 CUDA GEMV's per-kernel rows, int4 agreement
                 # with HF fp32 -- each only if the time left allows it (explain: `final2`)
       budget=${FINAL_BUDGET:-380}
-      timeout 150 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py \
-        -k "replays_real_tokens and int4 or every_split_qkv" > "$OUT/pytest_min.log" 2>&1
-      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_min.log" | cut -c1-400
+      gpu_pytest 150 min "replays_real_tokens and int4 or every_split_qkv"
       int4_records 60
       [ $(left) -gt 150 ] && fl run --model qwen2.5-7b --ctx 2048 --mode native --output "$OUT/native_bf16.jsonl" \
         >> "$OUT/native.log" 2>&1
       show_records "$OUT/native_int4.jsonl" "$OUT/native_bf16.jsonl"
       [ $(left) -gt 100 ] && timeout $(( $(left) - 60 )) python3 -m floorline.native.bench --formats "int4 cuda" \
         --attn-ctx 2048 --json "$OUT/native_bench.json" > "$OUT/native_bench.log" 2>&1 && grep "|" "$OUT/native_bench.log"
-      [ $(left) -gt 70 ] && timeout $(( $(left) - 5 )) python3 -m pytest -q -s -m gpu tests/test_gpu_native.py \
-        -k "agrees_with_hf_in_bf16 and int4" 2>&1 | grep -E "vs HF fp32|passed|failed|assert" \
-        | tee "$OUT/pytest_agree.log" ;;
+      gpu_pytest_left 70 agree "agrees_with_hf_in_bf16 and int4" ;;
     final-last)  # what final-min leaves out, in the last minutes of a session: the SASS order test of the int4 GEMV's
                  # first loads, llama-3.1-8b's int4 kernel rows, explain of qwen2.5-7b native int4 (each time-boxed)
-      timeout 40 python3 -m pytest -q -rf -m gpu tests/test_gpu_native.py -k first_weights > "$OUT/pytest_sass.log" 2>&1
-      grep -E "passed|failed|FAILED|Error" "$OUT/pytest_sass.log" | cut -c1-300
+      gpu_pytest 40 sass first_weights
       timeout 60 python3 -m floorline.native.bench --model llama-3.1-8b --formats "int4 cuda" --attn-ctx 2048 \
         --json "$OUT/native_bench_llama.json" > "$OUT/native_bench_llama.log" 2>&1; grep "|" "$OUT/native_bench_llama.log"
       timeout 80 python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native --quant int4 \
