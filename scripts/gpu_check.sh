@@ -40,6 +40,7 @@
 #     step-ends  session 12's: the step's embedding and next-token kernels (GPU tests, explain)
 #     tiles      session 12's: every bf16 GEMV tile of the autotuner against its reference on the GPU
 #     final-s12  session 12's sources: step-end GPU tests, native records, agreement with HF at ctx 256
+#     final-s13  session 13's sources: native bf16 records, graph replays, agreement with HF at ctx 256, int4 records
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
 #     final, final2  issues #13, #14 in two device calls: the native int4 and bf16 records of the sources, then the
@@ -260,6 +261,16 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
+    final-s13)  # issue #14, session 13's sources in one call (FINAL_BUDGET s, default 520): the native bf16 records
+                # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's graph replays against
+                # the torch-reference step, native against HF fp32 at ctx 256, int4 records, each as the budget allows
+      budget=${FINAL_BUDGET:-520}
+      bf16_records
+      show_records "$OUT/native_bf16.jsonl"
+      gpu_pytest_left 60 replays replays_real_tokens
+      gpu_pytest_left 120 agree agrees_with_hf_in_bf16
+      int4_records 90
+      [ -f "$OUT/native_int4.jsonl" ] && show_records "$OUT/native_int4.jsonl" ;;
     final-s12)  # issue #14, session 12's sources in one call (FINAL_BUDGET s, default 540): the step ends' GPU tests
                 # and graph replays, the native bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048,
                 # 16384), int4 at ctx 2048, then native against HF fp32 over 32 steps at ctx 256 as the budget allows

@@ -31,15 +31,18 @@ def _rel(a, b):
 # ---------------------------------------------------------------------------------------------------- kernels
 @interpreted
 @pytest.mark.parametrize("pro, glu", [(K.PRO_NONE, False), (K.PRO_RMSNORM, False), (K.PRO_RMSNORM, True)])
-@pytest.mark.parametrize("bias, res, k, stages", [(False, False, 256, 0), (True, True, 768, 0), (True, True, 768, 3)])
-def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages):
-    n = 40  # k = 768: three tiles along K (the double-buffered loads), not a multiple of 16 rows
+@pytest.mark.parametrize("bias, res, k, stages, ahead", [(False, False, 256, 0, 1), (True, True, 768, 0, 1),
+                                                        (True, True, 768, 3, 1), (False, False, 256, 0, 2),
+                                                        (True, True, 768, 0, 2), (True, False, 1024, 0, 2)])
+def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages, ahead):
+    n = 40  # k = 768: three tiles along K (the double-buffered loads), not a multiple of 16 rows; ahead 2: the tiles
+    # one and two ahead in flight (k 256: one tile, its second pre-wait load masked off; 1024: four)
     w = _rand(n, k, dtype=torch.bfloat16, scale=0.05)
     x = _rand(k)
     kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None, glu=glu,
               bias=_rand(n) if bias else None, residual=_rand(n // 2 if glu else n) if res and not glu else None)
     want = K.ref_gemv(w, x, **kw)
-    got = K.tri_gemv(w, x, **kw, config={"STAGES": stages})
+    got = K.tri_gemv(w, x, **kw, config={"STAGES": stages, "AHEAD": ahead})
     assert got.dtype == torch.float32 and got.shape == (n // 2 if glu else n,)
     assert _rel(got, want) < 1e-5
 
@@ -69,9 +72,10 @@ def test_gemv_reference_is_the_plain_product():
 
 @interpreted
 @pytest.mark.parametrize("fmt", ["bf16", "int4"])
-@pytest.mark.parametrize("split, stages", [(1, 0), (2, 0), (3, 0), (3, 3)])
-def test_gemv_adds_into_its_output_in_place_and_split_k_sums_every_tile_once(fmt, split, stages):
-    """residual=out: out += W x (the residual stream); split-K over 8 tiles in 2 or 3 uneven ranges, atomically."""
+@pytest.mark.parametrize("split, stages, ahead", [(1, 0, 1), (2, 0, 1), (3, 0, 1), (3, 3, 1), (3, 0, 2)])
+def test_gemv_adds_into_its_output_in_place_and_split_k_sums_every_tile_once(fmt, split, stages, ahead):
+    """residual=out: out += W x (the residual stream); split-K over 8 tiles in 2 or 3 uneven ranges, atomically
+    (ahead 2, bf16: the loads two tiles ahead stop at each range's end)."""
     n, k = 40, 1024
     lin = torch.nn.Linear(k, n, bias=True)
     torch.nn.init.normal_(lin.weight, 0, 0.02)
@@ -83,7 +87,8 @@ def test_gemv_adds_into_its_output_in_place_and_split_k_sums_every_tile_once(fmt
     x, res = _rand(k), _rand(n)
     want = K.ref_gemv(w, x, residual=res, **kw)
     out = res.clone()
-    got = K.tri_gemv(w, x, residual=out, out=out, config={"BK": 128, "SPLIT": split, "STAGES": stages}, **kw)
+    got = K.tri_gemv(w, x, residual=out, out=out, config={"BK": 128, "SPLIT": split, "STAGES": stages,
+                                                          "AHEAD": ahead}, **kw)
     assert got is out
     assert _rel(out, want) < (3e-4 if fmt == "int4" else 1e-5)
     # another residual tensor is copied into the output first, then added to the same way

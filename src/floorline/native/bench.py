@@ -50,7 +50,7 @@ def _config_name(K, fmt: str) -> str:
         return int4_cuda.config_name(int4_cuda.last_config)
     cfg = (K._gemv_int4 if fmt == "int4" else K._gemv_bf16).best_config
     return (f"BN{cfg.kwargs['BN']} BK{cfg.kwargs['BK']} w{cfg.num_warps} s{cfg.kwargs.get('STAGES', 0)}"
-            f" k{cfg.kwargs.get('SPLIT', 1)} r{cfg.maxnreg or '-'}")
+            f" k{cfg.kwargs.get('SPLIT', 1)} a{cfg.kwargs.get('AHEAD', 1)} r{cfg.maxnreg or '-'}")
 
 
 def _copies(nbytes: int) -> int:

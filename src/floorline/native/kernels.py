@@ -5,12 +5,14 @@ One GEMV kernel with compile-time prologues and epilogues, so each fused matrix 
 W is bf16 (N, K) row-major, or floorline's W4A16 (int4_format.py): int32 codes, bf16 scales and zeros per 128 inputs,
 in the `rows` layout (this Triton GEMV's) or the `mma` layout (int4_cuda.py's CUDA GEMV, which tri_gemv calls for it).
 Each program owns BN output rows (with glu: BN/2 gate rows and the same up rows) and streams them along K in BK-wide
-tiles, either two register buffers in turn or Triton's cp.async pipeline (STAGES, autotuned); activations are fp32
-vectors (KB). RMSNorm's sum of squares comes from the same x loads as the product (every program reads all of x) and
-its 1/rms scales the sums. A residual is added in place (ACC: y holds it, y += W x), which lets the K range be split
-over SPLIT programs that add their partial sums atomically (o and down, whose few rows leave SMs idle). int4 codes
-become floats 2048 + c or 128 + c by one and-or into a power of two's mantissa (no conversions), and the group's scale
-and zero are applied once per 32 weights of a row (_int4_tile).
+tiles, either two (bf16 AHEAD 2: three) register buffers in turn or Triton's cp.async pipeline (STAGES, autotuned), the
+first tile (AHEAD 2: two) requested before the wait on the previous kernel, each tile's inputs with the weights of the
+tile after it (their L2 round trip off the sums' path); activations are fp32 vectors (KB). RMSNorm's sum of squares
+comes from the same x loads as the product (every program reads all of x) and its 1/rms scales the sums. A residual is
+added in place (ACC: y holds it, y += W x), which lets the K range be split over SPLIT programs that add their partial
+sums atomically (o and down, whose few rows leave SMs idle). int4 codes become floats 2048 + c or 128 + c by one and-or
+into a power of two's mantissa (no conversions), and the group's scale and zero are applied once per 32 weights of a row
+(_int4_tile).
 Attention is flash-decoding, RoPE and the KV write folded in: one program per (kv head, chunk of the cache) rotates
 q and k at the current position (read from the device: graph-safe), the chunk holding the position writes k and v
 into the cache, and every program scores all query heads of its group with tensor cores; a second kernel merges the
@@ -210,7 +212,7 @@ if triton is not None:
     def _gemv(W, S, Z, X, NW, B, Y, N, K, KW, eps,
               PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
               INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1):
+              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, AHEAD: tl.constexpr = 1):
         if PDL == 1:  # let the next kernel's programs launch as soon as all of ours have
             tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
@@ -242,6 +244,9 @@ if triton is not None:
         else:
             wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
             w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+            if AHEAD == 2:  # the second tile too: twice the bytes requested before the wait, and kept in flight
+                more1 = (tl.zeros([1, 1], dtype=tl.int32) + kb + BK) < ke
+                w1 = tl.load(wp + kb + BK, mask=nmask[:, None] & more1, other=0.0, eviction_policy="evict_first")
             acc = tl.zeros([BN, BK], dtype=tl.float32)
             ss = tl.zeros([BK], dtype=tl.float32)
         if HAS_BIAS:  # constant: read before the wait, not at the end (a DRAM round trip after the last sums)
@@ -267,15 +272,34 @@ if triton is not None:
                 acc, ss = _int4_tile(acc, ss, w2, s2, z2, X, NW, k0 + BK + xcol, PRO)
             if ((ke - kb) // BK) % 2 == 1:
                 acc, ss = _int4_tile(acc, ss, w, sc, ze, X, NW, ke - BK + xcol, PRO)
+        elif AHEAD == 2:  # three register buffers in turn: the tiles two and one ahead in flight while one is used
+            xv, xr = _x_tile(X, NW, kb + tl.arange(0, BK), PRO)
+            for k0 in range(kb, ke, BK):
+                more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + 2 * BK) < ke
+                w2 = tl.load(wp + k0 + 2 * BK, mask=nmask[:, None] & more, other=0.0, eviction_policy="evict_first")
+                # the next tile's inputs too (as below)
+                xv2, xr2 = _x_tile(X, NW, tl.minimum(k0 + BK, ke - BK) + tl.arange(0, BK), PRO)
+                acc += w.to(tl.float32) * xv[None, :]
+                if PRO == 1:
+                    ss += xr * xr
+                w = w1
+                w1 = w2
+                xv = xv2
+                xr = xr2
         else:
+            xv, xr = _x_tile(X, NW, kb + tl.arange(0, BK), PRO)
             for k0 in range(kb, ke, BK):  # the next tile is loaded before this one is used (registers)
                 more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + BK) < ke
                 w_next = tl.load(wp + k0 + BK, mask=nmask[:, None] & more, other=0.0, eviction_policy="evict_first")
-                xv, xr = _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)
+                # its inputs too: their L2 round trip off the path of this tile's sums (the last tile's again at the
+                # end: in bounds, unused)
+                xv2, xr2 = _x_tile(X, NW, tl.minimum(k0 + BK, ke - BK) + tl.arange(0, BK), PRO)
                 acc += w.to(tl.float32) * xv[None, :]
                 if PRO == 1:
                     ss += xr * xr
                 w = w_next
+                xv = xv2
+                xr = xr2
         if PDL == 2:
             tl.extra.cuda.gdc_launch_dependents()
         y = tl.sum(acc, 1)
@@ -316,9 +340,9 @@ if triton is not None:
     # (ACC's in-place output restored after each trial); int4 tiles give each thread several rows of the same
     # columns (the activations read once for all of them); STAGES > 0: Triton's cp.async pipeline instead of the two
     # register buffers; SPLIT > 1: split-K, for the matrices too short to give every SM enough programs (o, down)
-    def _configs(tiles):
-        return [triton.Config({"BN": t[0], "BK": t[1], "STAGES": t[3], "SPLIT": t[4]}, num_warps=t[2],
-                              maxnreg=t[5] if len(t) > 5 else None) for t in tiles]
+    def _configs(tiles, ahead=1):
+        return [triton.Config({"BN": t[0], "BK": t[1], "STAGES": t[3], "SPLIT": t[4], "AHEAD": ahead},
+                              num_warps=t[2], maxnreg=t[5] if len(t) > 5 else None) for t in tiles]
 
     _BF16 = _configs([(2, 1024, 4, 0, 1), (4, 512, 4, 0, 1), (4, 1024, 8, 0, 1), (8, 512, 4, 0, 1), (8, 512, 8, 0, 1),
                       (16, 256, 8, 0, 1), (16, 512, 8, 0, 1), (8, 256, 4, 0, 1), (4, 256, 4, 0, 1), (4, 256, 2, 0, 1),
@@ -326,7 +350,11 @@ if triton is not None:
                       # around the step's picks of session 11 (4x256 w2 for gate_up and lm_head, 8x512 w8 / 16x512 w8
                       # for o, 4x512 w4 k2 / 8x512 w8 for down): fewer threads a tile, fewer rows, o and down split
                       (2, 512, 2, 0, 1), (4, 256, 1, 0, 1), (8, 256, 2, 0, 1), (4, 512, 2, 0, 1), (2, 256, 1, 0, 1),
-                      (16, 512, 8, 0, 2), (8, 256, 4, 0, 2)])
+                      (16, 512, 8, 0, 2), (8, 256, 4, 0, 2)]) + _configs(
+        # two tiles ahead (AHEAD 2: both requested before the wait), around session 12's picks: gate_up and lm_head
+        # 4x256 w2, q/k/v 8x256 w4, o 8x256 w4 k2, down 4x512 w4 k2 / 8x256 w4 k2
+        [(4, 256, 2, 0, 1), (8, 256, 4, 0, 1), (4, 256, 4, 0, 1), (8, 256, 4, 0, 2), (4, 512, 4, 0, 2),
+         (2, 512, 2, 0, 1)], ahead=2)
     # int4: the winners of bench --gemv-sweep on the H200 (register caps, ptx .maxnreg, lost on every shape there)
     _INT4 = _configs([(16, 512, 2, 0, 1), (4, 512, 1, 0, 1), (8, 512, 2, 0, 1), (8, 512, 2, 6, 1), (4, 512, 1, 0, 2),
                       (4, 512, 1, 0, 4), (4, 512, 1, 0, 8), (8, 512, 2, 0, 8)])
@@ -513,10 +541,11 @@ def shape_name(n: int, k: int, pro, glu, acc) -> str:
 
 
 def tile_name(cfg) -> str:
-    """A Triton GEMV tile in words: rows x columns a program, warps, then cp.async stages and splits where set."""
+    """A Triton GEMV tile in words: rows x columns a program, warps, then cp.async stages, splits and two tiles ahead
+    (a2) where set."""
     kw = cfg.kwargs
     return (f"{kw['BN']}x{kw['BK']} w{cfg.num_warps}" + (f" s{kw['STAGES']}" if kw.get("STAGES") else "")
-            + (f" k{kw['SPLIT']}" if kw.get("SPLIT", 1) > 1 else ""))
+            + (f" k{kw['SPLIT']}" if kw.get("SPLIT", 1) > 1 else "") + (" a2" if kw.get("AHEAD", 1) == 2 else ""))
 
 
 def retune_in_step(capture, state: list, reps: int = 30) -> None:
