@@ -500,3 +500,25 @@ def test_int4_configs_retuned_in_the_step_keep_the_fastest_of_the_shortlist(monk
     int4_cuda.retune_in_step(lambda: int4_cuda._USED.add(key), [torch.zeros(1)], top=3)
     assert int4_cuda._BEST[key] == ranked[2] and int4_cuda._BEST[idle] == ranked[0] and len(trials) == 3
     assert int4_cuda.last_step_tuning == {"3584x18944 acc": {int4_cuda.config_name(c): cost[c] for c in ranked[:3]}}
+
+
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_the_bf16_gemv_requests_its_first_tiles_before_the_wait_in_its_sm90_machine_code(ahead):
+    """scripts/gemv_sass.py builds the GEMV for sm_90 here (Triton's bundled ptxas and cuobjdump, no GPU): an 8x256
+    tile of 4 warps is two 128-bit loads a thread, and AHEAD tiles of them must come before griddepcontrol.wait
+    (ACQBULK) -- ptxas may legally hoist the wait above them, as it did in the CUDA int4 GEMV (session 8)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump").exists():
+        pytest.skip("Triton without its bundled cuobjdump")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
+    out = subprocess.run([sys.executable, str(root / "scripts" / "gemv_sass.py"), "show", "8", "256", "4", str(ahead)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["wait"] and got["weight_loads_before_wait"] == 2 * ahead, got

@@ -272,32 +272,23 @@ if triton is not None:
                 acc, ss = _int4_tile(acc, ss, w2, s2, z2, X, NW, k0 + BK + xcol, PRO)
             if ((ke - kb) // BK) % 2 == 1:
                 acc, ss = _int4_tile(acc, ss, w, sc, ze, X, NW, ke - BK + xcol, PRO)
-        elif AHEAD == 2:  # three register buffers in turn: the tiles two and one ahead in flight while one is used
+        else:  # register buffers in turn: the next AHEAD tiles' loads in flight while one is used
             xv, xr = _x_tile(X, NW, kb + tl.arange(0, BK), PRO)
             for k0 in range(kb, ke, BK):
-                more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + 2 * BK) < ke
-                w2 = tl.load(wp + k0 + 2 * BK, mask=nmask[:, None] & more, other=0.0, eviction_policy="evict_first")
-                # the next tile's inputs too (as below)
+                more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + AHEAD * BK) < ke
+                w_next = tl.load(wp + k0 + AHEAD * BK, mask=nmask[:, None] & more, other=0.0,
+                                 eviction_policy="evict_first")
+                # the next tile's inputs too: their L2 round trip off the path of this tile's sums (the last tile's
+                # again at the end: in bounds, unused)
                 xv2, xr2 = _x_tile(X, NW, tl.minimum(k0 + BK, ke - BK) + tl.arange(0, BK), PRO)
                 acc += w.to(tl.float32) * xv[None, :]
                 if PRO == 1:
                     ss += xr * xr
-                w = w1
-                w1 = w2
-                xv = xv2
-                xr = xr2
-        else:
-            xv, xr = _x_tile(X, NW, kb + tl.arange(0, BK), PRO)
-            for k0 in range(kb, ke, BK):  # the next tile is loaded before this one is used (registers)
-                more = (tl.zeros([1, 1], dtype=tl.int32) + k0 + BK) < ke
-                w_next = tl.load(wp + k0 + BK, mask=nmask[:, None] & more, other=0.0, eviction_policy="evict_first")
-                # its inputs too: their L2 round trip off the path of this tile's sums (the last tile's again at the
-                # end: in bounds, unused)
-                xv2, xr2 = _x_tile(X, NW, tl.minimum(k0 + BK, ke - BK) + tl.arange(0, BK), PRO)
-                acc += w.to(tl.float32) * xv[None, :]
-                if PRO == 1:
-                    ss += xr * xr
-                w = w_next
+                if AHEAD == 2:
+                    w = w1
+                    w1 = w_next
+                else:
+                    w = w_next
                 xv = xv2
                 xr = xr2
         if PDL == 2:
