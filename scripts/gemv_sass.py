@@ -1,9 +1,13 @@
 """The machine code (SASS) of mode native's Triton GEMV for sm_90, built on any machine (no GPU: Triton's bundled
 ptxas and cuobjdump), with the JIT's own specialisation (pointers and sizes divisible by 16).
 
-  python scripts/gemv_sass.py show BN BK WARPS AHEAD [PRO]   weight loads before griddepcontrol.wait, barriers (json)
+  python scripts/gemv_sass.py show BN BK WARPS AHEAD [PRO] [--stages S]
+                                                             weight loads before griddepcontrol.wait, barriers (json)
   python scripts/gemv_sass.py same REV                       this tree's bf16 GEMV against git revision REV's, tile by
                                                              tile: whether a change to kernels.py changes the code
+  python scripts/gemv_sass.py tiles [PRO GLU ACC SPLIT] [--try BN,BK,WARPS,STAGES,AHEAD ...]
+                                                             every tile of kernels._BF16 (and others): registers,
+                                                             programs an SM holds, weight bytes an SM has in flight
 
 `same` is how a refactor of measured sources is checked not to change what was measured (source_sha256 hashes the
 text, comments included).
@@ -13,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import itertools
+import json
 import subprocess
 import sys
 import tempfile
@@ -32,8 +36,8 @@ def constants(bn, bk, ahead, pro=1, glu=0, acc=0, split=1, bias=0, stages=0) -> 
                 SPLIT=split, AHEAD=ahead)
 
 
-def sass(gemv, const: dict, warps: int) -> str:
-    """cuobjdump -sass of `gemv` (a kernels._gemv) compiled for sm_90 with these constexprs."""
+def compiled(gemv, const: dict, warps: int):
+    """`gemv` (a kernels._gemv) compiled for sm_90 with these constexprs: Triton's CompiledKernel."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -43,13 +47,23 @@ def sass(gemv, const: dict, warps: int) -> str:
            for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "N", "K", "KW")}
     src = ASTSource(fn=gemv, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+
+
+def cuobjdump(kernel, what: str = "-sass") -> str:
+    """Triton's bundled cuobjdump on a CompiledKernel's cubin: -sass (without its function headers) or -res-usage."""
+    import triton
+
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.TemporaryDirectory() as d:
         cubin = Path(d) / "k.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
-        out = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([str(tool), what, str(cubin)], capture_output=True, text=True, check=True).stdout
     return "\n".join(ln for ln in out.splitlines() if "Function" not in ln and "code for" not in ln)
+
+
+def sass(gemv, const: dict, warps: int) -> str:
+    return cuobjdump(compiled(gemv, const, warps))
 
 
 def summary(code: str) -> dict:
@@ -57,6 +71,45 @@ def summary(code: str) -> dict:
     before = code.split("ACQBULK", 1)[0]
     return {"wait": "ACQBULK" in code, "weight_loads_before_wait": before.count("LDG.E.EF"),
             "barriers": code.count("BAR.SYNC")}
+
+
+def residency(regs: int, shared: int, warps: int) -> int:
+    """Programs of `warps` warps one H100/H200 SM holds at once: 64K registers (allocated per warp in 256s), 228 KB of
+    shared memory (1 KB of it reserved per block), 64 warps, 32 blocks."""
+    per_warp = -(-regs * 32 // 256) * 256
+    by_regs = 65536 // (per_warp * warps)
+    by_smem = 233472 // (shared + 1024)
+    return min(by_regs, by_smem, 64 // warps, 32)
+
+
+def tile_table(pro: int, glu: int, acc: int, split: int, extra=()) -> list[dict]:
+    """For each bf16 tile of kernels._BF16 and of `extra` ((BN, BK, warps, STAGES, AHEAD) tuples), with these flags:
+    registers a thread, shared memory a program (Triton's dynamic allocation), programs an SM, and the weight bytes an
+    SM has requested at once when every program has its AHEAD tiles in flight (the cp.async tiles: STAGES - 1)."""
+    import re
+
+    import triton
+
+    from floorline.native import kernels
+
+    tried = [triton.Config({"BN": t[0], "BK": t[1], "STAGES": t[3], "SPLIT": split, "AHEAD": t[4]}, num_warps=t[2])
+             for t in extra]
+    rows = []
+    for cfg in list(kernels._BF16) + tried:
+        kw = cfg.kwargs
+        if kw.get("SPLIT", 1) > 1 and not (acc and not pro and not glu):
+            continue
+        const = constants(kw["BN"], kw["BK"], kw.get("AHEAD", 1), pro, glu, acc, kw.get("SPLIT", 1) if acc else 1,
+                          0, kw.get("STAGES", 0))
+        kernel = compiled(kernels._gemv, const, cfg.num_warps)
+        regs = int(re.search(r"REG:(\d+)", cuobjdump(kernel, "-res-usage")).group(1))
+        shared = kernel.metadata.shared
+        progs = residency(regs, shared, cfg.num_warps)
+        ahead = kw["STAGES"] - 1 if kw.get("STAGES") else kw.get("AHEAD", 1)
+        rows.append({"tile": kernels.tile_name(cfg), "regs": regs, "shared": shared, "programs_an_sm": progs,
+                     "kb_in_flight_an_sm": progs * ahead * kw["BN"] * kw["BK"] * 2 / 1024,
+                     "in_the_autotuner": cfg not in tried})
+    return rows
 
 
 def _kernels_at(rev: str):
@@ -77,14 +130,28 @@ def main(argv=None) -> int:
     for name in ("bn", "bk", "warps", "ahead"):
         s.add_argument(name, type=int)
     s.add_argument("pro", type=int, nargs="?", default=1)
+    s.add_argument("--stages", type=int, default=0, help="Triton's cp.async pipeline instead of register buffers")
     c = sub.add_parser("same")
     c.add_argument("rev")
+    t = sub.add_parser("tiles")
+    for name, default in (("pro", 1), ("glu", 1), ("acc", 0), ("split", 1)):
+        t.add_argument(name, type=int, nargs="?", default=default)
+    t.add_argument("--try", dest="extra", nargs="*", default=[], metavar="BN,BK,WARPS,STAGES,AHEAD",
+                   help="tiles not in kernels._BF16, shown beside them (marked +)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
     from floorline.native import kernels
 
+    if a.cmd == "tiles":
+        extra = [tuple(int(v) for v in e.split(",")) for e in a.extra]
+        for r in tile_table(a.pro, a.glu, a.acc, a.split, extra):
+            mark = "" if r["in_the_autotuner"] else "+"
+            print(f"{mark}{r['tile']:<18} {r['regs']:>4} regs {r['shared']:>6} B shared {r['programs_an_sm']:>3} "
+                  f"programs an SM {r['kb_in_flight_an_sm']:>5.0f} KB of weights in flight")
+        return 0
     if a.cmd == "show":
-        print(json.dumps(summary(sass(kernels._gemv, constants(a.bn, a.bk, a.ahead, a.pro), a.warps))))
+        const = constants(a.bn, a.bk, a.ahead, a.pro, stages=a.stages)
+        print(json.dumps(summary(sass(kernels._gemv, const, a.warps))))
         return 0
     old = _kernels_at(a.rev)
     differ = []
