@@ -3,8 +3,9 @@ ptxas and cuobjdump), with the JIT's own specialisation (pointers and sizes divi
 
   python scripts/gemv_sass.py show BN BK WARPS AHEAD [PRO] [--stages S]
                                                              weight loads before griddepcontrol.wait, barriers (json)
-  python scripts/gemv_sass.py same REV                       this tree's bf16 GEMV against git revision REV's, tile by
-                                                             tile: whether a change to kernels.py changes the code
+  python scripts/gemv_sass.py same REV                       this tree's GEMV against git revision REV's, variant by
+                                                             variant (TILES x FLAGS): whether a change to kernels.py
+                                                             changes the code
   python scripts/gemv_sass.py tiles [PRO GLU ACC SPLIT] [--try BN,BK,WARPS,STAGES,AHEAD ...]
                                                              every tile of kernels._BF16 (and others): registers,
                                                              programs an SM holds, weight bytes an SM has in flight
@@ -26,13 +27,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 POINTERS = dict(W="*bf16", S="*bf16", Z="*bf16", X="*fp32", NW="*bf16", B="*bf16", Y="*fp32")
-# (BN, BK, warps) x AHEAD x (PRO, GLU, ACC, SPLIT, HAS_BIAS): q/k/v, gate_up, o / down split and not, lm_head
-TILES = [(8, 256, 4), (4, 256, 2), (4, 512, 4), (2, 512, 2)]
+# `same` compiles (BN, BK, warps, STAGES, AHEAD, INT4) x (PRO, GLU, ACC, SPLIT, HAS_BIAS): register tiles one and two
+# ahead, a cp.async tile, int4 tiles (registers and cp.async) x q/k/v, gate_up, o / down split and not, lm_head
+TILES = [(8, 256, 4, 0, 1, 0), (4, 256, 2, 0, 1, 0), (4, 512, 4, 0, 1, 0), (2, 512, 2, 0, 1, 0), (8, 256, 4, 0, 2, 0),
+         (4, 256, 2, 0, 2, 0), (4, 512, 4, 0, 2, 0), (2, 512, 2, 0, 2, 0), (8, 512, 4, 3, 1, 0), (4, 512, 1, 0, 1, 1),
+         (8, 512, 2, 6, 1, 1)]
 FLAGS = [(1, 0, 0, 1, 1), (1, 1, 0, 1, 0), (0, 0, 1, 2, 0), (0, 0, 1, 1, 0), (1, 0, 0, 1, 0)]
 
 
-def constants(bn, bk, ahead, pro=1, glu=0, acc=0, split=1, bias=0, stages=0) -> dict:
-    return dict(PRO=pro, GLU=glu, HAS_BIAS=bias, ACC=acc, INT4=0, GROUP_K=128, BN=bn, BK=bk, PDL=3, STAGES=stages,
+def constants(bn, bk, ahead, pro=1, glu=0, acc=0, split=1, bias=0, stages=0, int4=0) -> dict:
+    return dict(PRO=pro, GLU=glu, HAS_BIAS=bias, ACC=acc, INT4=int4, GROUP_K=128, BN=bn, BK=bk, PDL=3, STAGES=stages,
                 SPLIT=split, AHEAD=ahead)
 
 
@@ -43,27 +47,34 @@ def compiled(gemv, const: dict, warps: int):
     from triton.compiler import ASTSource
 
     names = list(gemv.arg_names)
-    sig = {n: POINTERS.get(n, "i32" if n in ("N", "K", "KW") else "fp32" if n == "eps" else "constexpr")
+    pointers = {**POINTERS, "W": "*i32"} if const.get("INT4") else POINTERS  # int4: the words of 8 codes
+    sig = {n: pointers.get(n, "i32" if n in ("N", "K", "KW") else "fp32" if n == "eps" else "constexpr")
            for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "N", "K", "KW")}
     src = ASTSource(fn=gemv, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
 
 
-def cuobjdump(kernel, what: str = "-sass") -> str:
-    """Triton's bundled cuobjdump on a CompiledKernel's cubin: -sass (without its function headers) or -res-usage."""
+def cuobjdump_tool() -> Path:
+    """Triton's bundled cuobjdump (absent from some Triton builds: callers check)."""
     import triton
 
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+
+def cuobjdump(cubin: bytes, what: str = "-sass") -> str:
+    """cuobjdump's -sass (or `what`: -res-usage) of a cubin."""
     with tempfile.TemporaryDirectory() as d:
-        cubin = Path(d) / "k.cubin"
-        cubin.write_bytes(kernel.asm["cubin"])
-        out = subprocess.run([str(tool), what, str(cubin)], capture_output=True, text=True, check=True).stdout
-    return "\n".join(ln for ln in out.splitlines() if "Function" not in ln and "code for" not in ln)
+        path = Path(d) / "k.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([str(cuobjdump_tool()), what, str(path)], capture_output=True, text=True,
+                              check=True).stdout
 
 
 def sass(gemv, const: dict, warps: int) -> str:
-    return cuobjdump(compiled(gemv, const, warps))
+    """The SASS of `compiled`, without the headers that name the module (so two modules' code compares)."""
+    out = cuobjdump(compiled(gemv, const, warps).asm["cubin"])
+    return "\n".join(ln for ln in out.splitlines() if "Function" not in ln and "code for" not in ln)
 
 
 def summary(code: str) -> dict:
@@ -102,7 +113,7 @@ def tile_table(pro: int, glu: int, acc: int, split: int, extra=()) -> list[dict]
         const = constants(kw["BN"], kw["BK"], kw.get("AHEAD", 1), pro, glu, acc, kw.get("SPLIT", 1) if acc else 1,
                           0, kw.get("STAGES", 0))
         kernel = compiled(kernels._gemv, const, cfg.num_warps)
-        regs = int(re.search(r"REG:(\d+)", cuobjdump(kernel, "-res-usage")).group(1))
+        regs = int(re.search(r"REG:(\d+)", cuobjdump(kernel.asm["cubin"], "-res-usage")).group(1))
         shared = kernel.metadata.shared
         progs = residency(regs, shared, cfg.num_warps)
         ahead = kw["STAGES"] - 1 if kw.get("STAGES") else kw.get("AHEAD", 1)
@@ -155,14 +166,14 @@ def main(argv=None) -> int:
         return 0
     old = _kernels_at(a.rev)
     differ = []
-    for (bn, bk, warps), ahead, (pro, glu, acc, split, bias) in itertools.product(TILES, (1, 2), FLAGS):
-        const = constants(bn, bk, ahead, pro, glu, acc, split, bias)
+    for (bn, bk, warps, stages, ahead, int4), flags in itertools.product(TILES, FLAGS):
+        const = constants(bn, bk, ahead, *flags, stages=stages, int4=int4)
         if sass(kernels._gemv, const, warps) != sass(old._gemv, const, warps):
-            differ.append((bn, bk, warps, ahead, pro, glu, acc, split, bias))
-    n = len(TILES) * 2 * len(FLAGS)
-    print(f"{n - len(differ)} of {n} bf16 GEMV variants compile to the same SASS as at {a.rev}"
-          + "".join(f"\n  differs: BN {d[0]} BK {d[1]} w{d[2]} AHEAD {d[3]} PRO/GLU/ACC/SPLIT/BIAS {d[4:]}"
-                    for d in differ))
+            differ.append(f"{'int4' if int4 else 'bf16'} {bn}x{bk} w{warps} s{stages} a{ahead}, "
+                          f"PRO/GLU/ACC/SPLIT/BIAS {flags}")
+    n = len(TILES) * len(FLAGS)
+    print(f"{n - len(differ)} of {n} GEMV variants compile to the same SASS as at {a.rev}"
+          + "".join(f"\n  differs: {d}" for d in differ))
     return 1 if differ else 0
 
 

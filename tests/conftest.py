@@ -96,6 +96,16 @@ def cli_run():
     return run_cli
 
 
+def load_script(name: str):
+    """scripts/NAME.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def read_jsonl_strict(path: Path) -> list[dict]:
     """Every line of a JSON-lines file must be one complete JSON object (no blank or partial lines)."""
     text = path.read_text(encoding="utf-8")

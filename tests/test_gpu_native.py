@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import load_script
 from floorline import models, runtimes, zoo
 
 pytestmark = pytest.mark.gpu
@@ -281,14 +282,14 @@ def _int4_case(n, k, seed=0):
 
 
 @pytest.mark.parametrize("cfg, glu", [((16, 1, 14, 0, 0, 0, 16), 0), ((16, 1, 8, 0, 0, 0, 8), 0), ((8, 2, 1, 0, 0, 3), 1)])
-def test_int4_cuda_gemv_loads_its_first_weights_before_the_wait(cfg, glu, tmp_path):
+def test_int4_cuda_gemv_loads_its_first_weights_before_the_wait(cfg, glu):
     """In the machine code (SASS) of int4_gemv, the first weight loads (128-bit, not allocated in L1) come before
     griddepcontrol.wait (ACQBULK): ptxas hoists the wait above loads written before it unless it must wait for their
     data (it did in every config until the wait was guarded by a predicate computed from the loaded words)."""
     from floorline.native import int4_cuda
 
     flags = int4_cuda._flags(pro=1, glu=glu, bias=1 - glu, acc=1 - glu, atomic=int(cfg[2] > 1), pdl=3, xpt=1)
-    sass = _sass_of(lambda arch: int4_cuda.compile_source(flags, cfg, arch), tmp_path)
+    sass = _sass_of(lambda arch: int4_cuda.compile_source(flags, cfg, arch))
     body = sass.split("Function : int4_gemv\n", 1)[1].split("Function :", 1)[0]
     before = body.split("ACQBULK", 1)[0]
     assert "ACQBULK" in body and before.count("LDG.E.NA") >= 2, before[-2000:]
@@ -474,31 +475,23 @@ def _same_cache(got, want, p):
     assert ((a - b).abs() <= b.abs() * 2 ** -7).all(), (p, (a - b).abs().max().item())
 
 
-def test_cuda_attention_loads_its_first_tiles_before_the_wait(tmp_path):
+def test_cuda_attention_loads_its_first_tiles_before_the_wait():
     """In the SASS of attn_chunk, every load of a warp's first two KV tiles (16 of K and V each, 128-bit, not
     allocated in L1) comes before griddepcontrol.wait (ACQBULK), as int4_gemv's first weights do."""
     from floorline.native import attn_cuda
 
-    sass = _sass_of(lambda arch: attn_cuda.compile_source(attn_cuda._defines(28, 4, 4, 256, 65, 16, 3), arch),
-                    tmp_path)
+    sass = _sass_of(lambda arch: attn_cuda.compile_source(attn_cuda._defines(28, 4, 4, 256, 65, 16, 3), arch))
     before = sass.split("ACQBULK", 1)[0]
     assert "ACQBULK" in sass and before.count("LDG.E.NA") >= 32, before[-2000:]
 
 
-def _sass_of(compile_for, tmp_path) -> str:
-    """The SASS (Triton's bundled cuobjdump) of the cubin `compile_for(arch)` builds for this GPU; skips below compute
-    capability 9.0 (no griddepcontrol to order loads against) or without the tool."""
-    import subprocess
-    from pathlib import Path
-
-    import triton
-
+def _sass_of(compile_for) -> str:
+    """The SASS (Triton's bundled cuobjdump, scripts/gemv_sass.py) of the cubin `compile_for(arch)` builds for this
+    GPU; skips below compute capability 9.0 (no griddepcontrol to order loads against) or without the tool."""
+    gemv_sass = load_script("gemv_sass")
     major, minor = torch.cuda.get_device_capability()
     if major < 9:
         pytest.skip("griddepcontrol (programmatic dependent launch) needs compute capability 9.0")
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    if not tool.exists():
-        pytest.skip(f"no cuobjdump at {tool}")
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(compile_for(f"sm_{major}{minor}"))
-    return subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    if not gemv_sass.cuobjdump_tool().exists():
+        pytest.skip(f"no cuobjdump at {gemv_sass.cuobjdump_tool()}")
+    return gemv_sass.cuobjdump(compile_for(f"sm_{major}{minor}"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import native_vs_hf, run_cli
+from conftest import load_script, native_vs_hf, run_cli
 from floorline import models, quant, zoo
 from floorline.native import int4_format
 
@@ -393,13 +393,7 @@ def test_the_cuda_attention_chunk_fills_the_gpu_at_most_twice_and_its_override_i
 def test_the_cta_probe_still_finds_its_places_in_the_cuda_attention():
     """scripts/cta_times.py builds a probed copy of attn_cuda's source by text: each anchor must sit there once (an
     edit of the kernel that moves one would make the probe time something else, or fail on the GPU only)."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("cta_times", Path(__file__).parents[1] / "scripts" / "cta_times.py")
-    cta = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cta)
-    src = cta.probed_source()
+    src = load_script("cta_times").probed_source()
     assert src.count("%%globaltimer") == 3 and "%%smid" in src and "unsigned long long* __restrict__ prb" in src
 
 
@@ -514,7 +508,7 @@ def test_the_bf16_gemv_requests_its_first_tiles_before_the_wait_in_its_sm90_mach
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump").exists():
+    if not load_script("gemv_sass").cuobjdump_tool().exists():
         pytest.skip("Triton without its bundled cuobjdump")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
     out = subprocess.run([sys.executable, str(root / "scripts" / "gemv_sass.py"), "show", "8", "256", "4", str(ahead)],

@@ -3,19 +3,17 @@ what scripts/readme_tables.py makes of results/ now (a stale block, or a hand ed
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "scripts" / "readme_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("readme_tables")
 
 
 def test_every_readme_block_is_what_the_records_give():

@@ -229,7 +229,8 @@ if triton is not None:
         else:
             rn = pid * BN + tl.arange(0, BN)
             nmask = rn < N
-        # the first weight tile is loaded before waiting on the previous kernel: weights never depend on it
+        # the register loops' first weight tile is loaded before waiting on the previous kernel: weights never depend
+        # on it (Triton's cp.async pipeline, STAGES > 0, issues its own first loads, after the wait)
         if INT4:  # words (BN, NCH, 4): chunk c of the tile is words 4c .. 4c + 3, in one group
             WPG: tl.constexpr = GROUP_K // 8  # words per group; code j of a group's word i is its column WPG j + i
             NCH: tl.constexpr = BK // 32
@@ -240,11 +241,13 @@ if triton is not None:
             xcol = wcol // WPG * GROUP_K + wcol % WPG  # (NCH, 4): each word's code 0
             acc = tl.zeros([BN, NCH], dtype=tl.float32)
             ss = tl.zeros([NCH, 4], dtype=tl.float32)
-            w, sc, ze = _int4_load(wp, S, Z, gi, kb, ke, nmask, GROUP_K)
+            if STAGES == 0:
+                w, sc, ze = _int4_load(wp, S, Z, gi, kb, ke, nmask, GROUP_K)
         else:
             wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
-            w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
-            if AHEAD == 2:  # the second tile too: twice the bytes requested before the wait, and kept in flight
+            if STAGES == 0:
+                w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+            if STAGES == 0 and AHEAD == 2:  # the second tile too: twice the bytes before the wait, kept in flight
                 more1 = (tl.zeros([1, 1], dtype=tl.int32) + kb + BK) < ke
                 w1 = tl.load(wp + kb + BK, mask=nmask[:, None] & more1, other=0.0, eviction_policy="evict_first")
             acc = tl.zeros([BN, BK], dtype=tl.float32)
