@@ -51,6 +51,7 @@
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
 #     attn-cuda  the CUDA attention chunks (attn_cuda): GPU tests, bench rows beside Triton's, A/B in the step
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
+#     boundaries what each kernel boundary costs the native bf16 step (FLOORLINE_PROBE_NO_WAIT), one process a cell
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -360,6 +361,22 @@ for stage in "${stages[@]}"; do
             "$OUT/ab_$side.jsonl" "$OUT/ab_$side.log" --model $m --ctx $c --quant $q --mode native)"
         done
         echo "$cell:$meds ms"
+      done ;;
+    boundaries)  # issue #14: what each kernel boundary costs the native bf16 step -- one process a cell with
+                 # FLOORLINE_PROBE_NO_WAIT=kind (that kind of kernel never waits on the one before it: wrong tokens,
+                 # the step's time without that boundary's dependency), the tiles from the autotuner alone
+                 # (FLOORLINE_TRITON_STEP_TUNE=0, every side); PROBE_CELLS "model:ctx:kind,kind..." items override
+      for c in ${PROBE_CELLS:-"qwen2.5-7b:2048:none,qkv,attn,merge,o,gate_up,down,lm_head,all" \
+                 "llama-3.1-8b:2048:none,down,all"}; do
+        IFS=: read -r m x kinds <<< "$c"
+        IFS=, read -ra ks <<< "$kinds"
+        line="$m ctx $x:"
+        for k in "${ks[@]}"; do
+          w=$k; [ $k = none ] && w=""
+          line="$line $k $(FLOORLINE_TRITON_STEP_TUNE=0 FLOORLINE_PROBE_NO_WAIT=$w cell "$OUT/probe_$m.jsonl" \
+            "$OUT/probe.log" --model $m --ctx $x --mode native)"
+        done
+        echo "$line ms"
       done ;;
     attn-step)  # issue #14: the attention chunk swept inside the step (FLOORLINE_ATTN_CHUNK; the bench's sweep times
                 # attention after a copy of itself, the step after the q/k/v GEMV): native bf16 at ctx 16384 (and

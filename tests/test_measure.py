@@ -106,11 +106,11 @@ def test_measure_cells_refuses_before_building(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------- the verdict
-def _judged(med_ms: float, measured_gbps: float, cache_bytes: int, peak=None, model="qwen2.5-7b", ctx=2048):
+def _judged(med_ms: float, measured_gbps: float, cache_bytes: int, peak=None, model="qwen2.5-7b", ctx=2048, **extra):
     a = zoo.ZOO[model]
     strict, paper = floor.floor(a, ctx, convention="strict"), floor.floor(a, ctx, convention="paper")
     rec = {"step_ms_median": med_ms, "step_ms_p10": med_ms * 0.99, "step_ms_p90": med_ms * 1.02, "peak_gbps": peak,
-           "measured_gbps": measured_gbps, "warnings": []}
+           "measured_gbps": measured_gbps, "warnings": [], **extra}
     measure._judge(rec, strict, paper, cache_bytes)
     return rec, strict, paper
 
@@ -136,6 +136,12 @@ def test_judge_without_peak():
 def test_judge_below_the_floor_is_invalid():
     rec, _, _ = _judged(1.0, 4000.0, cache_bytes=50 << 20)  # 14 GB in 1 ms: impossible
     assert rec["valid"] is False and "below the memory floor" in rec["reason"]
+
+
+def test_judge_a_boundary_probe_is_invalid():
+    """FLOORLINE_PROBE_NO_WAIT runs kernels on inputs not yet written: its time is a probe, never a result."""
+    rec, _, _ = _judged(20.0, 4000.0, 0, native_probe_no_wait=["down"])
+    assert rec["valid"] is False and "FLOORLINE_PROBE_NO_WAIT=down" in rec["reason"]
 
 
 def test_judge_below_the_floor_but_cache_resident_is_a_warning():

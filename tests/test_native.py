@@ -33,10 +33,12 @@ def _rel(a, b):
 @pytest.mark.parametrize("pro, glu", [(K.PRO_NONE, False), (K.PRO_RMSNORM, False), (K.PRO_RMSNORM, True)])
 @pytest.mark.parametrize("bias, res, k, stages, ahead", [(False, False, 256, 0, 1), (True, True, 768, 0, 1),
                                                         (True, True, 768, 3, 1), (False, False, 256, 0, 2),
-                                                        (True, True, 768, 0, 2), (True, False, 1024, 0, 2)])
+                                                        (True, True, 768, 0, 2), (True, False, 1024, 0, 2),
+                                                        (False, False, 256, 4, 1), (True, False, 1024, 6, 1)])
 def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages, ahead):
     n = 40  # k = 768: three tiles along K (the double-buffered loads), not a multiple of 16 rows; ahead 2: the tiles
-    # one and two ahead in flight (k 256: one tile, its second pre-wait load masked off; 1024: four)
+    # one and two ahead in flight (k 256: one tile, its second pre-wait load masked off; 1024: four); stages: the
+    # first tile from registers, the rest (none at k 256) through the cp.async pipeline
     w = _rand(n, k, dtype=torch.bfloat16, scale=0.05)
     x = _rand(k)
     kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None, glu=glu,
@@ -45,6 +47,16 @@ def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages, ahead):
     got = K.tri_gemv(w, x, **kw, config={"STAGES": stages, "AHEAD": ahead})
     assert got.dtype == torch.float32 and got.shape == (n // 2 if glu else n,)
     assert _rel(got, want) < 1e-5
+
+
+def test_the_boundary_probe_skips_the_wait_of_the_kinds_it_names_and_only_under_pdl(monkeypatch):
+    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({"down", "merge"}))
+    monkeypatch.setattr(K, "_pdl_default", lambda: 3)
+    assert [K._pdl_for(k) for k in ("down", "merge", "o", "")] == [K.PDL_NO_WAIT, K.PDL_NO_WAIT, 3, 3]
+    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({"all"}))
+    assert K._pdl_for("qkv") == K.PDL_NO_WAIT
+    monkeypatch.setattr(K, "_pdl_default", lambda: 0)  # no PDL (a CPU, the interpreter): plain stream order
+    assert K._pdl_for("qkv") == 0
 
 
 @pytest.mark.parametrize("table", ["_BF16", "_INT4"])

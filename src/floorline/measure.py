@@ -428,3 +428,6 @@ def _judge(rec: dict, strict: floor.Floor, paper: floor.Floor, cache_bytes: int)
         else:
             rec.update({"valid": False, "reason": "step time below the memory floor at measured bandwidth: "
                                                   "a timing or accounting bug"})
+    if rec.get("native_probe_no_wait"):  # a timing probe: kernels skipped their waits, the tokens are garbage
+        rec.update({"valid": False, "reason": "FLOORLINE_PROBE_NO_WAIT=" + ",".join(rec["native_probe_no_wait"])
+                    + ": kernels ran without waiting on their inputs (a probe of the boundaries' cost)"})

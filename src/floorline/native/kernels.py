@@ -110,6 +110,11 @@ def ref_attention(q, k_cache, v_cache, pos, scale):
 
 # ------------------------------------------------------------------------------------------------------ Triton
 PDL_MODES = {"off": 0, "early": 1, "late": 2, "after-wait": 3}
+PDL_NO_WAIT = 4  # a timing probe only: the kernel lets the next one launch and never waits (its results are wrong)
+# FLOORLINE_PROBE_NO_WAIT=kind,... (qkv, attn, merge, o, gate_up, down, lm_head; `all`): those kernels skip their wait
+# on the previous one, a probe of what each kernel boundary costs the step (an upper bound on what removing it could
+# save); the tokens are garbage and the records say so (native_probe_no_wait)
+PROBE_NO_WAIT = frozenset(filter(None, os.environ.get("FLOORLINE_PROBE_NO_WAIT", "").split(",")))
 
 
 def _pdl_default() -> int:
@@ -130,6 +135,12 @@ def _pdl_default() -> int:
     return PDL_MODES[mode]
 
 
+def _pdl_for(kind: str) -> int:
+    """_pdl_default, or PDL_NO_WAIT for a kind of kernel FLOORLINE_PROBE_NO_WAIT names (under PDL only)."""
+    pdl = _pdl_default()
+    return PDL_NO_WAIT if pdl and (kind in PROBE_NO_WAIT or "all" in PROBE_NO_WAIT) else pdl
+
+
 def pdl_name() -> str:
     """The programmatic-dependent-launch mode in force here (`off` without Hopper or under the interpreter)."""
     return {v: k for k, v in PDL_MODES.items()}[_pdl_default()]
@@ -140,10 +151,10 @@ if triton is not None:
     @triton.jit
     def _pdl_wait(PDL: tl.constexpr):
         """Wait for the previous kernel (programmatic dependent launch); in mode 3 (`after-wait`) then let the next
-        kernel launch."""
-        if PDL:
+        kernel launch (mode PDL_NO_WAIT: only that)."""
+        if PDL and PDL != 4:
             tl.extra.cuda.gdc_wait()
-        if PDL == 3:
+        if PDL >= 3:
             tl.extra.cuda.gdc_launch_dependents()
 
     @triton.jit
@@ -229,8 +240,9 @@ if triton is not None:
         else:
             rn = pid * BN + tl.arange(0, BN)
             nmask = rn < N
-        # the register loops' first weight tile is loaded before waiting on the previous kernel: weights never depend
-        # on it (Triton's cp.async pipeline, STAGES > 0, issues its own first loads, after the wait)
+        # the first weight tile is loaded into registers before waiting on the previous kernel: weights never depend
+        # on it (bf16 cp.async tiles too: Triton's pipeline, whose own first loads come after the wait, starts from
+        # the second tile; int4's issues all of its loads after the wait)
         if INT4:  # words (BN, NCH, 4): chunk c of the tile is words 4c .. 4c + 3, in one group
             WPG: tl.constexpr = GROUP_K // 8  # words per group; code j of a group's word i is its column WPG j + i
             NCH: tl.constexpr = BK // 32
@@ -245,8 +257,7 @@ if triton is not None:
                 w, sc, ze = _int4_load(wp, S, Z, gi, kb, ke, nmask, GROUP_K)
         else:
             wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
-            if STAGES == 0:
-                w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+            w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
             if STAGES == 0 and AHEAD == 2:  # the second tile too: twice the bytes before the wait, kept in flight
                 more1 = (tl.zeros([1, 1], dtype=tl.int32) + kb + BK) < ke
                 w1 = tl.load(wp + kb + BK, mask=nmask[:, None] & more1, other=0.0, eviction_policy="evict_first")
@@ -256,17 +267,21 @@ if triton is not None:
             first = (tl.zeros_like(rn) + sid) == 0  # one split adds it
             bias = tl.load(B + rn, mask=nmask & first, other=0.0).to(tl.float32)
         _pdl_wait(PDL)
-        if STAGES:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
+        if STAGES and INT4:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
             for k0 in tl.range(kb, ke, BK, num_stages=STAGES):
-                if INT4:
-                    w, sc, ze = _int4_load(wp, S, Z, gi, k0, ke, nmask, GROUP_K)
-                    acc, ss = _int4_tile(acc, ss, w, sc, ze, X, NW, k0 + xcol, PRO)
-                else:
-                    w = tl.load(wp + k0, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
-                    xv, xr = _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)
-                    acc += w.to(tl.float32) * xv[None, :]
-                    if PRO == 1:
-                        ss += xr * xr
+                w, sc, ze = _int4_load(wp, S, Z, gi, k0, ke, nmask, GROUP_K)
+                acc, ss = _int4_tile(acc, ss, w, sc, ze, X, NW, k0 + xcol, PRO)
+        elif STAGES:  # the first tile from its registers, the rest through the cp.async pipeline, STAGES deep
+            xv, xr = _x_tile(X, NW, kb + tl.arange(0, BK), PRO)
+            acc += w.to(tl.float32) * xv[None, :]
+            if PRO == 1:
+                ss += xr * xr
+            for k0 in tl.range(kb + BK, ke, BK, num_stages=STAGES):
+                w = tl.load(wp + k0, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+                xv, xr = _x_tile(X, NW, k0 + tl.arange(0, BK), PRO)
+                acc += w.to(tl.float32) * xv[None, :]
+                if PRO == 1:
+                    ss += xr * xr
         elif INT4:  # two register buffers in turn: each tile's loads are in flight while the other one is used
             for k0 in range(kb, ke - BK, 2 * BK):
                 w2, s2, z2 = _int4_load(wp, S, Z, gi, k0 + BK, ke, nmask, GROUP_K)
@@ -348,7 +363,11 @@ if triton is not None:
         # two tiles ahead (AHEAD 2: both requested before the wait), around session 12's picks: gate_up and lm_head
         # 4x256 w2, q/k/v 8x256 w4, o 8x256 w4 k2, down 4x512 w4 k2 / 8x256 w4 k2
         [(4, 256, 2, 0, 1), (8, 256, 4, 0, 1), (4, 256, 4, 0, 1), (8, 256, 4, 0, 2), (4, 512, 4, 0, 2),
-         (2, 512, 2, 0, 1)], ahead=2)
+         (2, 512, 2, 0, 1)], ahead=2) + _configs(
+        # deeper cp.async pipelines (108-160 KB of weights in flight an SM, against 20-64 for the register tiles:
+        # scripts/gemv_sass.py tiles), the first tile in registers before the wait; o and down split too
+        [(8, 256, 4, 4, 1), (8, 256, 4, 6, 1), (4, 512, 4, 4, 1), (4, 256, 2, 6, 1), (8, 512, 4, 4, 1),
+         (8, 256, 4, 4, 2), (4, 512, 4, 4, 2)])
     # int4: the winners of bench --gemv-sweep on the H200 (register caps, ptx .maxnreg, lost on every shape there)
     _INT4 = _configs([(16, 512, 2, 0, 1), (4, 512, 1, 0, 1), (8, 512, 2, 0, 1), (8, 512, 2, 6, 1), (4, 512, 1, 0, 2),
                       (4, 512, 1, 0, 4), (4, 512, 1, 0, 8), (8, 512, 2, 0, 8)])
@@ -575,14 +594,14 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, config=None, layout="rows"):
+             glu=False, out=None, config=None, layout="rows", kind=""):
     """The GPU twin of ref_gemv (int4 in the `mma` layout: int4_cuda.gemv, whose `config` is (warps, groups ahead,
     splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg: bench
     --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
-    buffers)."""
+    buffers). `kind` names the matrix for FLOORLINE_PROBE_NO_WAIT."""
     int4 = scales is not None
     mma = int4 and layout == "mma"
     if mma:  # int4_format: words (N/16, 2K), 16-row tiles
@@ -613,10 +632,10 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         cfg = {"BN": 16, "BK": _pick_bk(k, int4), "STAGES": 0, "SPLIT": 1, **(config or {})}
         if cfg["SPLIT"] > 1 and not (acc and pro == PRO_NONE and not glu):
             raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
-        pdl = 0 if INTERPRET or not w.is_cuda else _pdl_default()
+        pdl = 0 if INTERPRET or not w.is_cuda else _pdl_for(kind)
         _gemv[grid(cfg)](*args, **flags, **cfg, PDL=pdl, **_launch(pdl))
     else:
-        pdl = _pdl_default()
+        pdl = _pdl_for(kind)
         _USED.add((n, k, pro, glu, acc, int4))
         (_gemv_int4 if int4 else _gemv_bf16)[grid](*args, **flags, PDL=pdl, **_launch(pdl))
     return y
@@ -764,12 +783,12 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv (fp32) once it
     is read."""
     kv_heads, _, d = k_cache.shape
-    pdl = _pdl_default()
-    if scratch.backend == "cuda":
+    pdl = _pdl_for("attn")
+    if scratch.backend == "cuda":  # (no probe: its PDL modes are 0-3)
         from floorline.native import attn_cuda
 
         attn_cuda.chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.m, scratch.l, scratch.o,
-                         scratch.warps, scratch.chunk, pdl)
+                         scratch.warps, scratch.chunk, _pdl_default())
     else:
         _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
                                                 scratch.o, scale, k_cache.stride(0), scratch.nchunk, H=heads,
@@ -778,6 +797,7 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                                                 num_warps=scratch.warps, **_launch(pdl))
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
     split, mwarps = scratch.merge
+    pdl = _pdl_for("merge")
     _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),
                                 G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
                                 CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, DB=d // split,

@@ -75,11 +75,11 @@ class NativeModel:
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
 
     # ------------------------------------------------------------------------------------------------ ops
-    def _gemv(self, m: dict, x, out, **kw):
+    def _gemv(self, m: dict, x, out, kind="", **kw):
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
         if self.ops == "triton":
-            return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, **kw)
+            return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, kind=kind, **kw)
         out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
@@ -98,7 +98,7 @@ class NativeModel:
     def _qkv(self, lay: dict, x) -> None:
         """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed)."""
         self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
-                   residual=self.qkv if self.qkv_acc else None)
+                   residual=self.qkv if self.qkv_acc else None, kind="qkv")
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
@@ -111,10 +111,11 @@ class NativeModel:
         for i, lay in enumerate(self.layers):
             self._qkv(lay, x)
             a = self._attention(i)
-            self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
-            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
-            self._gemv(lay["down"], self.act, x, residual=x)
-        self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
+            self._gemv(lay["o"], a, x, residual=x, kind="o")  # x += o(a), in place (split-K where it pays)
+            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True,
+                       kind="gate_up")
+            self._gemv(lay["down"], self.act, x, residual=x, kind="down")
+        self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm, kind="lm_head")
         if self.ops == "triton":
             K.tri_next_token(self.logits, self.tok, self.pos, self.next_state)
         else:

@@ -41,7 +41,8 @@ class Native(Runtime):
                 "native_attn": self.net.attn.name(),
                 "native_int4_configs": int4_cuda.tuned() or None,
                 "native_int4_step_tuning": int4_cuda.last_step_tuning or None,
-                "native_triton_step_tuning": K.last_step_tuning or None}
+                "native_triton_step_tuning": K.last_step_tuning or None,
+                **({"native_probe_no_wait": sorted(K.PROBE_NO_WAIT)} if K.PROBE_NO_WAIT else {})}
 
     def prefill(self, prompt: torch.Tensor, chunk: int = 1024, progress=None) -> None:
         self.net.prefill(prompt, chunk)
