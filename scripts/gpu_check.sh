@@ -40,6 +40,7 @@
 #     step-ends  session 12's: the step's embedding and next-token kernels (GPU tests, explain)
 #     tiles      session 12's: every bf16 GEMV tile of the autotuner against its reference on the GPU
 #     final-s12  session 12's sources: step-end GPU tests, native records, agreement with HF at ctx 256
+#     final-s14  session 14's sources: native bf16 records, graph replays, agreement at ctx 256, explain, int4 records
 #     final-s13  session 13's sources: native bf16 records, graph replays, agreement with HF at ctx 256, int4 records
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
@@ -262,6 +263,20 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
+    final-s14)  # issue #14, session 14's sources in one call (FINAL_BUDGET s, default 540): the native bf16 records
+                # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's graph replays against
+                # the torch-reference step, native against HF fp32 at ctx 256, explain of native bf16 (qwen2.5-7b ctx
+                # 2048), int4 records, each as the budget allows
+      budget=${FINAL_BUDGET:-540}
+      bf16_records
+      show_records "$OUT/native_bf16.jsonl"
+      gpu_pytest_left 60 replays replays_real_tokens
+      gpu_pytest_left 120 agree agrees_with_hf_in_bf16
+      [ $(left) -gt 100 ] && timeout $(( $(left) - 10 )) python3 -m floorline explain --model qwen2.5-7b --ctx 2048 \
+        --mode native --out "$OUT/explain_native" 2>&1 | grep -v -i warn > "$OUT/explain_native.log"
+      grep -E " native |_gemv|_attn" "$OUT/explain_native.log" | head -14 | cut -c1-150
+      int4_records 90
+      [ -f "$OUT/native_int4.jsonl" ] && show_records "$OUT/native_int4.jsonl" ;;
     final-s13)  # issue #14, session 13's sources in one call (FINAL_BUDGET s, default 520): the native bf16 records
                 # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's graph replays against
                 # the torch-reference step, native against HF fp32 at ctx 256, int4 records, each as the budget allows
@@ -365,7 +380,8 @@ for stage in "${stages[@]}"; do
     boundaries)  # issue #14: what each kernel boundary costs the native bf16 step -- one process a cell with
                  # FLOORLINE_PROBE_NO_WAIT=kind (that kind of kernel never waits on the one before it: wrong tokens,
                  # the step's time without that boundary's dependency), the tiles from the autotuner alone
-                 # (FLOORLINE_TRITON_STEP_TUNE=0, every side); PROBE_CELLS "model:ctx:kind,kind..." items override
+                 # (FLOORLINE_TRITON_STEP_TUNE=0, every side; PROBE_STEP_TUNE=1: re-timed in the step as `run` does);
+                 # PROBE_CELLS "model:ctx:kind,kind..." items override
       for c in ${PROBE_CELLS:-"qwen2.5-7b:2048:none,qkv,attn,merge,o,gate_up,down,lm_head,all" \
                  "llama-3.1-8b:2048:none,down,all"}; do
         IFS=: read -r m x kinds <<< "$c"
@@ -373,7 +389,7 @@ for stage in "${stages[@]}"; do
         line="$m ctx $x:"
         for k in "${ks[@]}"; do
           w=$k; [ $k = none ] && w=""
-          line="$line $k $(FLOORLINE_TRITON_STEP_TUNE=0 FLOORLINE_PROBE_NO_WAIT=$w cell "$OUT/probe_$m.jsonl" \
+          line="$line $k $(FLOORLINE_TRITON_STEP_TUNE=${PROBE_STEP_TUNE:-0} FLOORLINE_PROBE_NO_WAIT=$w cell "$OUT/probe_$m.jsonl" \
             "$OUT/probe.log" --model $m --ctx $x --mode native)"
         done
         echo "$line ms"

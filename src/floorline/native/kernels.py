@@ -363,11 +363,9 @@ if triton is not None:
         # two tiles ahead (AHEAD 2: both requested before the wait), around session 12's picks: gate_up and lm_head
         # 4x256 w2, q/k/v 8x256 w4, o 8x256 w4 k2, down 4x512 w4 k2 / 8x256 w4 k2
         [(4, 256, 2, 0, 1), (8, 256, 4, 0, 1), (4, 256, 4, 0, 1), (8, 256, 4, 0, 2), (4, 512, 4, 0, 2),
-         (2, 512, 2, 0, 1)], ahead=2) + _configs(
-        # deeper cp.async pipelines (108-160 KB of weights in flight an SM, against 20-64 for the register tiles:
-        # scripts/gemv_sass.py tiles), the first tile in registers before the wait; o and down split too
-        [(8, 256, 4, 4, 1), (8, 256, 4, 6, 1), (4, 512, 4, 4, 1), (4, 256, 2, 6, 1), (8, 512, 4, 4, 1),
-         (8, 256, 4, 4, 2), (4, 512, 4, 4, 2)])
+         (2, 512, 2, 0, 1)], ahead=2)
+    # (deeper cp.async tiles, 4-6 stages, 108-160 KB of weights in flight an SM, o and down split too: the step's
+    # re-timing took none of them on the H200, results/h200/session14/NOTES.md)
     # int4: the winners of bench --gemv-sweep on the H200 (register caps, ptx .maxnreg, lost on every shape there)
     _INT4 = _configs([(16, 512, 2, 0, 1), (4, 512, 1, 0, 1), (8, 512, 2, 0, 1), (8, 512, 2, 6, 1), (4, 512, 1, 0, 2),
                       (4, 512, 1, 0, 4), (4, 512, 1, 0, 8), (8, 512, 2, 0, 8)])
