@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-POINTERS = dict(W="*bf16", S="*bf16", Z="*bf16", X="*fp32", NW="*bf16", B="*bf16", Y="*fp32", CNT="*i32", CNT2="*i32")
+POINTERS = dict(W="*bf16", S="*bf16", Z="*bf16", X="*fp32", NW="*bf16", B="*bf16", Y="*fp32")
 # `same` compiles (BN, BK, warps, STAGES, AHEAD, INT4) x (PRO, GLU, ACC, SPLIT, HAS_BIAS): register tiles one and two
 # ahead, a cp.async tile, int4 tiles (registers and cp.async) x q/k/v, gate_up, o / down split and not, lm_head
 TILES = [(8, 256, 4, 0, 1, 0), (4, 256, 2, 0, 1, 0), (4, 512, 4, 0, 1, 0), (2, 512, 2, 0, 1, 0), (8, 256, 4, 0, 2, 0),
@@ -50,10 +50,8 @@ def compiled(gemv, const: dict, warps: int):
     pointers = {**POINTERS, "W": "*i32"} if const.get("INT4") else POINTERS  # int4: the words of 8 codes
     sig = {n: pointers.get(n, "i32" if n in ("N", "K", "KW") else "fp32" if n == "eps" else "constexpr")
            for n in names}
-    # (a revision's kernel may lack newer arguments: CNT, CNT2, DEP, NGP)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "N", "K", "KW") if n in names}
-    src = ASTSource(fn=gemv, signature=sig, attrs=attrs,
-                    constexprs={(names.index(k),): v for k, v in const.items() if k in names})
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "N", "K", "KW")}
+    src = ASTSource(fn=gemv, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
 
 

@@ -52,7 +52,6 @@
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
 #     attn-cuda  the CUDA attention chunks (attn_cuda): GPU tests, bench rows beside Triton's, A/B in the step
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
-#     down-dep   the down GEMV started on gate_up's row counters: graph replays, llama-3.1-8b bf16 ctx 2048
 #     boundaries what each kernel boundary costs the native bf16 step (FLOORLINE_PROBE_NO_WAIT), one process a cell
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -378,12 +377,6 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
-    down-dep)  # issue #14, session 14: the down GEMV on gate_up's row counters (FLOORLINE_DOWN_DEP, default on):
-               # the runtime's graph replays against the torch-reference step, then llama-3.1-8b bf16 ctx 2048 (its
-               # A/B: `native-ab` with AB_CELLS before this stage)
-      gpu_pytest 150 replays replays_real_tokens
-      echo "llama-3.1-8b bf16 ctx 2048: $(cell "$OUT/down_dep.jsonl" "$OUT/down_dep.log" --model llama-3.1-8b \
-        --ctx 2048 --mode native) ms" ;;
     boundaries)  # issue #14: what each kernel boundary costs the native bf16 step -- one process a cell with
                  # FLOORLINE_PROBE_NO_WAIT=kind (that kind of kernel never waits on the one before it: wrong tokens,
                  # the step's time without that boundary's dependency), the tiles from the autotuner alone

@@ -4,8 +4,6 @@ the tiny models, with the reference ops and with the kernels; floorline's int4 f
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -131,70 +129,6 @@ def test_gemv_int4_matches_its_reference(pro, glu, k, stages):
     assert _rel(K.tri_gemv(m.words, x, **kw, config={"STAGES": stages}), want) < 3e-4
     # and the reference applies exactly the dequantised weights the check uses
     assert torch.equal(K.dequant_int4(m.words, m.scales, m.zeros), p.reference)
-
-
-@interpreted
-@pytest.mark.parametrize("split, bn", [(1, 16), (2, 4), (3, 2)])
-def test_down_waits_on_the_rows_gate_up_counted_and_leaves_the_counters_at_zero(split, bn):
-    """tri_gemv `dep`: the glu GEMV counts the rows it wrote into 256-row granules and a total; the down GEMV that
-    reads them (split-K over 5 tiles in 1-3 uneven ranges, an intermediate size of 2.5 granules) matches its
-    reference and its last program zeroes every counter for the next layer."""
-    inter, hidden = 640, 128
-    wgu, wd = _rand(2 * inter, hidden, dtype=torch.bfloat16, scale=0.05), _rand(hidden, inter, dtype=torch.bfloat16,
-                                                                                   scale=0.05)
-    x, g, res = _rand(hidden), _rand(hidden) + 1, _rand(hidden)
-    cnt = K.dep_counters(inter, 2, "cpu")
-    ngp = cnt.shape[1] // 2
-    assert cnt.shape == (2, 8) and not cnt.any()
-    cnt[1] = 7  # the next layer's counters, left from a step ago
-    act = K.tri_gemv(wgu, x, pro=K.PRO_RMSNORM, norm_w=g, glu=True, dep=(cnt[0], cnt[1]),
-                     config={"BN": bn, "BK": 128})
-    assert _rel(act, K.ref_gemv(wgu, x, pro=K.PRO_RMSNORM, norm_w=g, glu=True)) < 1e-5
-    # every row counted once, in its granule, and in the total (else the down GEMV below would wait forever)
-    assert cnt[0, :4].tolist() == [256, 256, 128, 0] and cnt[0, ngp] == inter and cnt[0, ngp + 1:].eq(0).all()
-    out = res.clone()
-    K.tri_gemv(wd, act, residual=out, out=out, dep=(cnt[0], cnt[1]), config={"BK": 128, "SPLIT": split})
-    assert _rel(out, K.ref_gemv(wd, act, residual=res)) < 1e-5
-    assert not cnt[1].any()  # zeroed by the down GEMV for the next layer's pair
-    with pytest.raises(ValueError, match="dep counters"):  # q/k/v (a norm, no residual) is neither side of a pair
-        K.tri_gemv(wgu, x, pro=K.PRO_RMSNORM, norm_w=g, dep=(cnt[0], cnt[1]))
-
-
-_DEP_CONSUMER = """
-import sys, torch
-from floorline.native import kernels as K
-cnt = K.dep_counters(640, 2, "cpu")
-cnt[0, :3] = torch.tensor([256, 256, int(sys.argv[1])])
-cnt[0, cnt.shape[1] // 2] = 512 + int(sys.argv[1])
-out = torch.zeros(128)
-K.tri_gemv(torch.ones(128, 640, dtype=torch.bfloat16), torch.ones(640), residual=out, out=out, dep=(cnt[0], cnt[1]),
-           config={"BK": 128, "SPLIT": 2})
-print(float(out[0]))
-"""
-
-
-def test_down_does_not_run_ahead_of_a_granule_gate_up_has_not_finished():
-    """The consumer's wait, which the interpreter's in-order programs never exercise: with the last granule one row
-    short, the down GEMV (split in two) never finishes; with it complete, the same process prints the sum at once."""
-    import subprocess
-    import sys
-    import time
-
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    t0 = time.time()
-    done = subprocess.run([sys.executable, "-c", _DEP_CONSUMER, "128"], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0 and done.stdout.split()[-1] == "640.0", done.stderr[-2000:]
-    took = time.time() - t0
-    short = subprocess.Popen([sys.executable, "-c", _DEP_CONSUMER, "127"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-    try:
-        short.wait(timeout=max(20.0, 3 * took))
-    except subprocess.TimeoutExpired:
-        short.kill()
-        short.wait()
-    else:
-        pytest.fail(f"down ran ahead of an unfinished granule: {short.returncode}")
 
 
 def test_gemv_glu_is_silu_of_the_gate_half_times_the_up_half():

@@ -46,8 +46,6 @@ PRO_NONE, PRO_RMSNORM = 0, 1
 ATTN_CHUNK = 64  # cache positions per attention program (the least; more at long contexts)
 ATTN_BL = 64  # positions per inner tile
 ATTN_STAGES = 3  # the tile loop's software-pipeline depth (Triton's default for a loop)
-DEP_ROWS = 256  # rows of gate_up's output a counter of the down GEMV's early start covers (tri_gemv `dep`)
-DOWN_DEP = os.environ.get("FLOORLINE_DOWN_DEP", "1") != "0"  # mode native's bf16 down GEMV on gate_up's counters
 
 
 # ------------------------------------------------------------------------------------------- torch references
@@ -149,7 +147,6 @@ def pdl_name() -> str:
 
 
 if triton is not None:
-    _DEP_ROWS = tl.constexpr(DEP_ROWS)
 
     @triton.jit
     def _pdl_wait(PDL: tl.constexpr):
@@ -159,29 +156,6 @@ if triton is not None:
             tl.extra.cuda.gdc_wait()
         if PDL >= 3:
             tl.extra.cuda.gdc_launch_dependents()
-
-    @triton.jit
-    def _dep_wait(CNT, kb, ke, K, NGP: tl.constexpr):
-        """Spin until every granule (_DEP_ROWS inputs) of x[kb:ke) is written: CNT[g] counts the rows of granule g
-        its producer's programs have stored (release); read here with acquire, then a CTA barrier before any thread
-        loads x."""
-        g = kb // _DEP_ROWS + tl.arange(0, NGP)
-        live = g <= (ke - 1) // _DEP_ROWS
-        need = tl.minimum(_DEP_ROWS, K - g * _DEP_ROWS)
-        c = tl.atomic_add(CNT + g, 0, mask=live, sem="acquire")
-        short = tl.sum(tl.where(live & (c < need), 1, 0), 0)
-        while short > 0:
-            c = tl.atomic_add(CNT + g, 0, mask=live, sem="acquire")
-            short = tl.sum(tl.where(live & (c < need), 1, 0), 0)
-        tl.debug_barrier()
-
-    @triton.jit
-    def _dep_all(CNT, K, NGP: tl.constexpr):
-        """Spin until the producer's programs have all counted their rows (CNT[NGP], the total, reaches K)."""
-        t = tl.atomic_add(CNT + NGP, 0, sem="acquire")
-        while t < K:
-            t = tl.atomic_add(CNT + NGP, 0, sem="acquire")
-        tl.debug_barrier()
 
     @triton.jit
     def _x_tile(X, NW, rk, PRO: tl.constexpr):
@@ -246,11 +220,10 @@ if triton is not None:
         return acc + sc * (tl.sum(p, 2) - tl.sum(xm, 1)[None, :] - ze * tl.sum(xs, 1)[None, :]), ss
 
     @triton.jit
-    def _gemv(W, S, Z, X, NW, B, Y, CNT, CNT2, N, K, KW, eps,
+    def _gemv(W, S, Z, X, NW, B, Y, N, K, KW, eps,
               PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
               INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, AHEAD: tl.constexpr = 1,
-              DEP: tl.constexpr = 0, NGP: tl.constexpr = 1):
+              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, AHEAD: tl.constexpr = 1):
         if PDL == 1:  # let the next kernel's programs launch as soon as all of ours have
             tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
@@ -293,15 +266,7 @@ if triton is not None:
         if HAS_BIAS:  # constant: read before the wait, not at the end (a DRAM round trip after the last sums)
             first = (tl.zeros_like(rn) + sid) == 0  # one split adds it
             bias = tl.load(B + rn, mask=nmask & first, other=0.0).to(tl.float32)
-        if DEP == 2:  # instead of waiting on the whole previous kernel: on the granules of x this program reads
-            if pid + sid == 0:  # the next layer's counters, last used a step ago: zeroed for its glu GEMV
-                z = tl.arange(0, 2 * NGP)
-                tl.store(CNT2 + z, tl.zeros([2 * NGP], dtype=tl.int32))
-            _dep_wait(CNT, kb, ke, K, NGP)
-            if PDL >= 3:
-                tl.extra.cuda.gdc_launch_dependents()
-        else:
-            _pdl_wait(PDL)
+        _pdl_wait(PDL)
         if STAGES and INT4:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
             for k0 in tl.range(kb, ke, BK, num_stages=STAGES):
                 w, sc, ze = _int4_load(wp, S, Z, gi, k0, ke, nmask, GROUP_K)
@@ -362,20 +327,12 @@ if triton is not None:
             u = tl.sum(tl.where(half == 1, y2, 0.0), 0)
             ro = pid * BH + tl.arange(0, BH)
             tl.store(Y + ro, g / (1.0 + tl.exp(-g)) * u, mask=ro < N // 2)
-            if DEP == 1:  # these rows are written: count them into their granule and the total (release)
-                tl.debug_barrier()
-                rows = tl.minimum(BH, N // 2 - pid * BH)
-                tl.atomic_add(CNT + pid * BH // _DEP_ROWS, rows, sem="release")
-                tl.atomic_add(CNT + NGP, rows, sem="release")
+        elif SPLIT > 1:  # ACC: every split adds its partial sums into Y (which holds the residual)
+            tl.atomic_add(Y + rn, y, mask=nmask, sem="relaxed")
         else:
-            if DEP == 2:  # the residual Y is read by every program of the kernel before ours (its norm): all done
-                _dep_all(CNT, K, NGP)
-            if SPLIT > 1:  # ACC: every split adds its partial sums into Y (which holds the residual)
-                tl.atomic_add(Y + rn, y, mask=nmask, sem="relaxed")
-            else:
-                if ACC:  # y += W x in place (the residual stream): each program reads then writes its own rows
-                    y += tl.load(Y + rn, mask=nmask, other=0.0)
-                tl.store(Y + rn, y, mask=nmask)
+            if ACC:  # y += W x in place (the residual stream): each program reads then writes its own rows
+                y += tl.load(Y + rn, mask=nmask, other=0.0)
+            tl.store(Y + rn, y, mask=nmask)
 
     def _prune(configs, named_args, **kwargs):
         """Tiles must divide K (the loop has no K mask) and int4 tiles hold whole groups; split-K only for a plain
@@ -583,7 +540,6 @@ if triton is not None:
 
 _CANDIDATES: dict = {}  # (N, K, PRO, GLU, ACC, INT4): the tiles _prune kept for the autotuner (retune_in_step's trials)
 _USED: set = set()  # the same keys, autotuned launches since the last clear (retune_in_step: the step's own shapes)
-_TUNED: set = set()  # the same keys, every autotuned launch (dep_ready)
 # FLOORLINE_TRITON_STEP_TUNE (default 1; 0 turns it off): mode native re-times the Triton GEMV's tiles inside the
 # step, as int4_cuda.retune_in_step does the CUDA GEMV's launch configs
 STEP_TUNE = os.environ.get("FLOORLINE_TRITON_STEP_TUNE", "1") != "0"
@@ -636,19 +592,14 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, config=None, layout="rows", kind="", dep=None):
+             glu=False, out=None, config=None, layout="rows", kind=""):
     """The GPU twin of ref_gemv (int4 in the `mma` layout: int4_cuda.gemv, whose `config` is (warps, groups ahead,
     splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg: bench
     --gemv-sweep); under the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
-    buffers). `kind` names the matrix for FLOORLINE_PROBE_NO_WAIT.
-    dep (bf16; (counters, the next pair's counters): two rows of dep_counters): a glu GEMV counts the rows it has
-    written into the first, a residual GEMV (down, which reads them) waits on those counters instead of on the whole
-    previous kernel -- each program only for the rows of x its K range reads, and for all of them before it touches
-    the residual (which the glu GEMV's programs read) -- and zeroes the second (the next layer's, last used a step
-    ago). Both GEMVs of a pair must get the same `dep` (dep_ready)."""
+    buffers). `kind` names the matrix for FLOORLINE_PROBE_NO_WAIT."""
     int4 = scales is not None
     mma = int4 and layout == "mma"
     if mma:  # int4_format: words (N/16, 2K), 16-row tiles
@@ -667,14 +618,9 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         return int4_cuda.gemv(w, x, y, scales=scales, zeros=zeros, pro=pro, norm_w=norm_w, eps=eps, bias=bias,
                               acc=acc, glu=glu, config=config, pdl=_pdl_default())
     dummy = y
-    if dep is not None and (int4 or not (glu or acc and pro == PRO_NONE)):
-        raise ValueError("dep counters pair a bf16 glu GEMV (the producer) with a plain residual one (the consumer)")
-    cnt, cnt2 = dep if dep is not None else (dummy, dummy)
     args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
-            bias if bias is not None else dummy, y, cnt, cnt2, n, k, k // 8, eps)
+            bias if bias is not None else dummy, y, n, k, k // 8, eps)
     flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, ACC=acc, INT4=int4, GROUP_K=GROUP)
-    if dep is not None:
-        flags.update(DEP=1 if glu else 2, NGP=cnt.numel() // 2)
     rows = n // 2 if glu else n
 
     def grid(meta):
@@ -690,25 +636,7 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         pdl = _pdl_for(kind)
         _USED.add((n, k, pro, glu, acc, int4))
         (_gemv_int4 if int4 else _gemv_bf16)[grid](*args, **flags, PDL=pdl, **_launch(pdl))
-        _TUNED.add((n, k, pro, glu, acc, int4))
     return y
-
-
-def dep_counters(rows: int, pairs: int, device) -> torch.Tensor:
-    """tri_gemv's `dep` counters for `pairs` (glu, down) GEMV pairs (a model's layers, at least 2) whose glu GEMV has
-    `rows` outputs (the intermediate size): a row of 2 NGP int32 zeros a pair -- one counter a DEP_ROWS granule,
-    padded to a power of two NGP (at least 2), then the total. Pair i uses row i and zeroes row i + 1 (mod pairs)."""
-    if pairs < 2:
-        raise ValueError("dep counters take at least two pairs: each pair's down zeroes the next pair's counters")
-    ngp = max(2, triton.next_power_of_2(-(-rows // DEP_ROWS)) if triton else 2)
-    return torch.zeros(pairs, 2 * ngp, dtype=torch.int32, device=device)
-
-
-def dep_ready(*shapes) -> bool:
-    """Whether the autotuner has chosen the tiles of these bf16 GEMVs ((n, k, pro, glu, acc) each) already: a
-    consumer GEMV is never autotuned with `dep` (timed alone, it would wait forever on counters no producer fills),
-    and a pair gets `dep` only once both are tuned, so it never runs one-sided. True under the interpreter."""
-    return INTERPRET or all((*sh, False) in _TUNED for sh in shapes)
 
 
 _FLUSH: dict = {}  # per device: a buffer of twice its L2, written to evict it

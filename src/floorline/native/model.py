@@ -73,12 +73,6 @@ class NativeModel:
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
-        # bf16 on Triton: the down GEMV starts on the rows of gate_up's output already written (K.tri_gemv `dep`)
-        # rather than after the whole gate_up kernel; FLOORLINE_DOWN_DEP=0 turns it off
-        dense = "scales" not in self.layers[0]["gate_up"] and "scales" not in self.layers[0]["down"]
-        use = (self.ops == "triton" and dense and K.DOWN_DEP and (K.INTERPRET or dev.type == "cuda")
-               and len(self.layers) > 1)
-        self.dep = K.dep_counters(inter, len(self.layers), dev) if use else None
 
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, kind="", **kw):
@@ -88,12 +82,6 @@ class NativeModel:
             return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, kind=kind, **kw)
         out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
-
-    @staticmethod
-    def _shape(m: dict, pro=False, glu=False, acc=False) -> tuple:
-        """A dense GEMV's autotuner key (n, k, prologue, glu, acc), as kernels.dep_ready takes it."""
-        n, k = m["w"].shape
-        return n, k, K.PRO_RMSNORM if pro else K.PRO_NONE, glu, acc
 
     def _attention(self, i: int):
         """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
@@ -124,13 +112,9 @@ class NativeModel:
             self._qkv(lay, x)
             a = self._attention(i)
             self._gemv(lay["o"], a, x, residual=x, kind="o")  # x += o(a), in place (split-K where it pays)
-            dep = {}
-            if self.dep is not None and K.dep_ready(self._shape(lay["gate_up"], pro=True, glu=True),
-                                                    self._shape(lay["down"], acc=True)):
-                dep = {"dep": (self.dep[i], self.dep[(i + 1) % len(self.layers)])}
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True,
-                       kind="gate_up", **dep)
-            self._gemv(lay["down"], self.act, x, residual=x, kind="down", **dep)
+                       kind="gate_up")
+            self._gemv(lay["down"], self.act, x, residual=x, kind="down")
         self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm, kind="lm_head")
         if self.ops == "triton":
             K.tri_next_token(self.logits, self.tok, self.pos, self.next_state)
