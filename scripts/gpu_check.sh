@@ -263,28 +263,20 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
-    final-s14)  # issue #14, session 14's sources in one call (FINAL_BUDGET s, default 540): the native bf16 records
-                # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's graph replays against
-                # the torch-reference step, native against HF fp32 at ctx 256, explain of native bf16 (qwen2.5-7b ctx
-                # 2048), int4 records, each as the budget allows
-      budget=${FINAL_BUDGET:-540}
+    final-s13|final-s14)  # issue #14, session 13's and 14's sources in one call (FINAL_BUDGET s, default 520 / 540):
+                # the native bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's
+                # graph replays against the torch-reference step, native against HF fp32 at ctx 256, (final-s14)
+                # explain of native bf16 (qwen2.5-7b ctx 2048), int4 records, each as the budget allows
+      budget=${FINAL_BUDGET:-$([ $stage = final-s14 ] && echo 540 || echo 520)}
       bf16_records
       show_records "$OUT/native_bf16.jsonl"
       gpu_pytest_left 60 replays replays_real_tokens
       gpu_pytest_left 120 agree agrees_with_hf_in_bf16
-      [ $(left) -gt 100 ] && timeout $(( $(left) - 10 )) python3 -m floorline explain --model qwen2.5-7b --ctx 2048 \
-        --mode native --out "$OUT/explain_native" 2>&1 | grep -v -i warn > "$OUT/explain_native.log"
-      grep -E " native |_gemv|_attn" "$OUT/explain_native.log" | head -14 | cut -c1-150
-      int4_records 90
-      [ -f "$OUT/native_int4.jsonl" ] && show_records "$OUT/native_int4.jsonl" ;;
-    final-s13)  # issue #14, session 13's sources in one call (FINAL_BUDGET s, default 520): the native bf16 records
-                # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's graph replays against
-                # the torch-reference step, native against HF fp32 at ctx 256, int4 records, each as the budget allows
-      budget=${FINAL_BUDGET:-520}
-      bf16_records
-      show_records "$OUT/native_bf16.jsonl"
-      gpu_pytest_left 60 replays replays_real_tokens
-      gpu_pytest_left 120 agree agrees_with_hf_in_bf16
+      if [ $stage = final-s14 ] && [ $(left) -gt 100 ]; then
+        timeout $(( $(left) - 10 )) python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
+          --out "$OUT/explain_native" 2>&1 | grep -v -i warn > "$OUT/explain_native.log"
+        grep -E " native |_gemv|_attn" "$OUT/explain_native.log" | head -14 | cut -c1-150
+      fi
       int4_records 90
       [ -f "$OUT/native_int4.jsonl" ] && show_records "$OUT/native_int4.jsonl" ;;
     final-s12)  # issue #14, session 12's sources in one call (FINAL_BUDGET s, default 540): the step ends' GPU tests
