@@ -508,11 +508,12 @@ def test_int4_configs_retuned_in_the_step_keep_the_fastest_of_the_shortlist(monk
     assert int4_cuda.last_step_tuning == {"3584x18944 acc": {int4_cuda.config_name(c): cost[c] for c in ranked[:3]}}
 
 
-@pytest.mark.parametrize("ahead", [1, 2])
-def test_the_bf16_gemv_requests_its_first_tiles_before_the_wait_in_its_sm90_machine_code(ahead):
+@pytest.mark.parametrize("ahead, stages", [(1, 0), (2, 0), (1, 3)])
+def test_the_bf16_gemv_requests_its_first_tiles_before_the_wait_in_its_sm90_machine_code(ahead, stages):
     """scripts/gemv_sass.py builds the GEMV for sm_90 here (Triton's bundled ptxas and cuobjdump, no GPU): an 8x256
     tile of 4 warps is two 128-bit loads a thread, and AHEAD tiles of them must come before griddepcontrol.wait
-    (ACQBULK) -- ptxas may legally hoist the wait above them, as it did in the CUDA int4 GEMV (session 8)."""
+    (ACQBULK) -- ptxas may legally hoist the wait above them, as it did in the CUDA int4 GEMV (session 8). A cp.async
+    tile (stages 3) too: its first tile in registers, before the pipeline's own loads, which follow the wait."""
     import json
     import os
     import subprocess
@@ -523,8 +524,8 @@ def test_the_bf16_gemv_requests_its_first_tiles_before_the_wait_in_its_sm90_mach
     if not load_script("gemv_sass").cuobjdump_tool().exists():
         pytest.skip("Triton without its bundled cuobjdump")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
-    out = subprocess.run([sys.executable, str(root / "scripts" / "gemv_sass.py"), "show", "8", "256", "4", str(ahead)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, str(root / "scripts" / "gemv_sass.py"), "show", "8", "256", "4", str(ahead),
+                          "--stages", str(stages)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["wait"] and got["weight_loads_before_wait"] == 2 * ahead, got
