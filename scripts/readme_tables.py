@@ -190,20 +190,22 @@ def bandwidth() -> str:
 
     mine = source_sha256()
 
-    def line(rec: dict, where: str) -> str:
+    def line(rec: dict, where: str, ours: bool) -> str:
         pats = rec["bw_patterns_gbps"]
         others = ", ".join(f"{k} {v:.0f}" for k, v in pats.items() if k != rec["bw_pattern"])
+        # no record of this version's sources: the newest of any, said to be so (it may be a dropped experiment's)
+        whose = "" if ours else f" (no record of this version's sources {mine} yet)"
         return (f"   - {where} ({rec['device_name']}, {rec['dtype']}): **{rec['bw_pattern']}**, "
                 f"{rec['measured_gbps']:.0f} GB/s ({others} GB/s); `{rec['_file']}`, sources "
-                f"{rec.get('source_sha256') or '-'}\n")
+                f"{rec.get('source_sha256') or '-'}{whose}\n")
 
     out = []
     for where, root in (("CPU", CPU), ("H200", H200)):
         recs = [dict(r, _file=_rel(f)) for f in sorted(root.rglob("*.jsonl")) for r in _read(f)
                 if r.get("bw_patterns_gbps")]
-        recs = [r for r in recs if r.get("source_sha256") == mine] or recs
+        same = [r for r in recs if r.get("source_sha256") == mine]
         if recs:
-            out.append(line(max(recs, key=lambda r: r.get("timestamp") or ""), where))
+            out.append(line(max(same or recs, key=lambda r: r.get("timestamp") or ""), where, bool(same)))
     return "".join(out) + "   "
 
 

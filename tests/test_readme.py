@@ -48,3 +48,16 @@ def test_the_first_h200_table_is_the_core_run_record():
 def test_generated_blocks_hold_numbers(name):
     text = _script().BLOCKS[name]()
     assert any(ch.isdigit() for ch in text) and "nan" not in text
+
+
+def test_the_bandwidth_block_says_when_no_record_is_of_this_versions_sources(monkeypatch):
+    """Changed sources not measured yet: the block names the newest record of any sources and says whose they are
+    not (it may be a dropped experiment's); this version's records are named plainly."""
+    from floorline import system
+
+    mod = _script()
+    plain = mod.bandwidth()
+    assert "no record of this version" not in plain
+    monkeypatch.setattr(system, "source_sha256", lambda root=None: "0123456789abcdef")
+    other = mod.bandwidth()
+    assert other.count("(no record of this version's sources 0123456789abcdef yet)") == 2
