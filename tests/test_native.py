@@ -57,6 +57,11 @@ def test_the_boundary_probe_skips_the_wait_of_the_kinds_it_names_and_only_under_
     assert K._pdl_for("qkv") == K.PDL_NO_WAIT
     monkeypatch.setattr(K, "_pdl_default", lambda: 0)  # no PDL (a CPU, the interpreter): plain stream order
     assert K._pdl_for("qkv") == 0
+    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({"dwn"}))  # a typo: an error, not a plain step timed
+    from floorline.errors import UserError
+
+    with pytest.raises(UserError, match="FLOORLINE_PROBE_NO_WAIT='dwn': use a comma list of qkv, attn"):
+        K._pdl_for("down")
 
 
 @pytest.mark.parametrize("table", ["_BF16", "_INT4"])

@@ -53,11 +53,13 @@ def test_generated_blocks_hold_numbers(name):
 def test_the_bandwidth_block_says_when_no_record_is_of_this_versions_sources(monkeypatch):
     """Changed sources not measured yet: the block names the newest record of any sources and says whose they are
     not (it may be a dropped experiment's); this version's records are named plainly."""
-    from floorline import system
+    from floorline import records, system
 
     mod = _script()
-    plain = mod.bandwidth()
-    assert "no record of this version" not in plain
+    cpu = records.read(ROOT / "results" / "cpu" / "default_run.jsonl")[0]["source_sha256"]
+    monkeypatch.setattr(system, "source_sha256", lambda root=None: cpu)  # the CPU record's own sources
+    lines = mod.bandwidth().splitlines()
+    assert "no record of this version" not in lines[0] and lines[0].startswith("   - CPU")
     monkeypatch.setattr(system, "source_sha256", lambda root=None: "0123456789abcdef")
     other = mod.bandwidth()
     assert other.count("(no record of this version's sources 0123456789abcdef yet)") == 2

@@ -115,6 +115,7 @@ PDL_NO_WAIT = 4  # a timing probe only: the kernel lets the next one launch and 
 # on the previous one, a probe of what each kernel boundary costs the step (an upper bound on what removing it could
 # save); the tokens are garbage and the records say so (native_probe_no_wait)
 PROBE_NO_WAIT = frozenset(filter(None, os.environ.get("FLOORLINE_PROBE_NO_WAIT", "").split(",")))
+PROBE_KINDS = ("qkv", "attn", "merge", "o", "gate_up", "down", "lm_head", "all")
 
 
 def _pdl_default() -> int:
@@ -137,6 +138,11 @@ def _pdl_default() -> int:
 
 def _pdl_for(kind: str) -> int:
     """_pdl_default, or PDL_NO_WAIT for a kind of kernel FLOORLINE_PROBE_NO_WAIT names (under PDL only)."""
+    if not PROBE_NO_WAIT <= set(PROBE_KINDS):  # a typo would probe nothing and time the plain step
+        from floorline.errors import UserError
+
+        raise UserError(f"FLOORLINE_PROBE_NO_WAIT={','.join(sorted(PROBE_NO_WAIT))!r}: use a comma list of "
+                        f"{', '.join(PROBE_KINDS)}")
     pdl = _pdl_default()
     return PDL_NO_WAIT if pdl and (kind in PROBE_NO_WAIT or "all" in PROBE_NO_WAIT) else pdl
 
@@ -781,13 +787,13 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv (fp32) once it
     is read."""
     kv_heads, _, d = k_cache.shape
-    pdl = _pdl_for("attn")
     if scratch.backend == "cuda":  # (no probe: its PDL modes are 0-3)
         from floorline.native import attn_cuda
 
         attn_cuda.chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.m, scratch.l, scratch.o,
                          scratch.warps, scratch.chunk, _pdl_default())
     else:
+        pdl = _pdl_for("attn")
         _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
                                                 scratch.o, scale, k_cache.stride(0), scratch.nchunk, H=heads,
                                                 KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
