@@ -41,6 +41,7 @@
 #     tiles      session 12's: every bf16 GEMV tile of the autotuner against its reference on the GPU
 #     final-s12  session 12's sources: step-end GPU tests, native records, agreement with HF at ctx 256
 #     final-s14  session 14's sources: native bf16 records, graph replays, agreement at ctx 256, explain, int4 records
+#     final-s16  session 16's: final-s14 after the fused MLP's GPU tests
 #     final-s13  session 13's sources: native bf16 records, graph replays, agreement with HF at ctx 256, int4 records
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
@@ -52,6 +53,8 @@
 #     native-ab  a change A/B'd on the native steps against the sources in out/ab_base (see the stage)
 #     attn-cuda  the CUDA attention chunks (attn_cuda): GPU tests, bench rows beside Triton's, A/B in the step
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
+#     fused-mlp  each MLP one kernel split over the intermediate rows (FLOORLINE_FUSED_MLP): GPU tests, the kernel
+#                alone against gate_up + down, then native bf16 ctx 2048 off / on, one process a cell
 #     boundaries what each kernel boundary costs the native bf16 step (FLOORLINE_PROBE_NO_WAIT), one process a cell
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -263,19 +266,21 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
-    final-s13|final-s14)  # issue #14, session 13's and 14's sources in one call (FINAL_BUDGET s, default 520 / 540):
-                # the native bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's
+    final-s13|final-s14|final-s16)  # issue #14, session 13's, 14's and 16's sources in one call (FINAL_BUDGET s,
+                # default 520 / 540 / 560): (final-s16) the fused MLP's GPU tests, the native bf16 records
+                # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's
                 # graph replays against the torch-reference step, native against HF fp32 at ctx 256, (final-s14)
                 # explain of native bf16 (qwen2.5-7b ctx 2048), int4 records, each as the budget allows
-      budget=${FINAL_BUDGET:-$([ $stage = final-s14 ] && echo 540 || echo 520)}
+      budget=${FINAL_BUDGET:-$(case $stage in final-s13) echo 520;; final-s14) echo 540;; *) echo 560;; esac)}
+      [ $stage = final-s16 ] && gpu_pytest 120 mlp fused_mlp
       bf16_records
       show_records "$OUT/native_bf16.jsonl"
       gpu_pytest_left 60 replays replays_real_tokens
       gpu_pytest_left 120 agree agrees_with_hf_in_bf16
-      if [ $stage = final-s14 ] && [ $(left) -gt 100 ]; then
+      if [ $stage != final-s13 ] && [ $(left) -gt 100 ]; then
         timeout $(( $(left) - 10 )) python3 -m floorline explain --model qwen2.5-7b --ctx 2048 --mode native \
           --out "$OUT/explain_native" 2>&1 | grep -v -i warn > "$OUT/explain_native.log"
-        grep -E " native |_gemv|_attn" "$OUT/explain_native.log" | head -14 | cut -c1-150
+        grep -E " native |_gemv|_attn|_mlp" "$OUT/explain_native.log" | head -14 | cut -c1-150
       fi
       int4_records 90
       [ -f "$OUT/native_int4.jsonl" ] && show_records "$OUT/native_int4.jsonl" ;;
@@ -368,6 +373,49 @@ for stage in "${stages[@]}"; do
             "$OUT/ab_$side.jsonl" "$OUT/ab_$side.log" --model $m --ctx $c --quant $q --mode native)"
         done
         echo "$cell:$meds ms"
+      done ;;
+    fused-mlp)  # issue #14: the MLP as one kernel with no gate_up -> down boundary (native/mlp.py): its GPU tests and
+                # the runtime's replays with it, the kernel alone (every candidate, triton's do_bench median, L2
+                # flushed, eager launches: not the step's graph) beside the two GEMVs, then native bf16 ctx 2048 one
+                # process a cell, off and on in turn (MLP_ROUNDS rounds, MLP_MODELS override)
+      FLOORLINE_FUSED_MLP=1 gpu_pytest 300 mlp "fused_mlp or (replays_real_tokens and None)"
+      python3 - <<'PY' 2>&1 | tee -a "$OUT/mlp_alone.log"
+import torch, triton
+from floorline.native import kernels as K, mlp as M
+for h, i in ((3584, 18944), (4096, 14336)):
+    g = torch.Generator("cuda").manual_seed(0)
+    gu = (torch.randn(2 * i, h, device="cuda", generator=g) * 0.02).bfloat16()
+    dn = (torch.randn(h, i, device="cuda", generator=g) * 0.02).bfloat16()
+    dt = dn.t().contiguous()
+    nw, x = torch.ones(h, device="cuda"), torch.randn(h, device="cuda", generator=g)
+    act, out, z = torch.zeros(i, device="cuda"), torch.zeros(h, device="cuda"), torch.zeros(h, device="cuda")
+    gb = 3 * i * h * 2 / 1e9
+    def two():
+        K.tri_gemv(gu, x, out=act, pro=K.PRO_RMSNORM, norm_w=nw, glu=True)
+        K.tri_gemv(dn, act, out=out, residual=out)
+    two()
+    ms = triton.testing.do_bench(two, warmup=20, rep=200, return_mode="median")
+    print(f"{h}x{i} gate_up + down (autotuned tiles): {ms * 1e3:.1f} us, {gb / ms * 1e3:.0f} GB/s")
+    for c in M.CANDIDATES:
+        if i % c[0]:
+            continue
+        f = lambda: M.tri_mlp(gu, dt, x, out, z, nw, 1e-6, config=c)
+        f()
+        ms = triton.testing.do_bench(f, warmup=20, rep=200, return_mode="median")
+        print(f"{h}x{i} fused {c}: {ms * 1e3:.1f} us, {gb / ms * 1e3:.0f} GB/s")
+PY
+      for m in ${MLP_MODELS:-qwen2.5-7b llama-3.1-8b}; do
+        line="$m ctx 2048:"
+        for r in $(seq ${MLP_ROUNDS:-1}); do
+          for f in 0 1; do
+            rm -f "$OUT/cell.jsonl"
+            FLOORLINE_FUSED_MLP=$f timeout 200 python3 -m floorline run --model $m --ctx 2048 --mode native \
+              --output "$OUT/cell.jsonl" >> "$OUT/mlp.log" 2>&1 || echo "($m fused mlp $f: rc $?)"
+            line="$line $([ $f = 1 ] && echo on || echo off) $(medians "$OUT/cell.jsonl")"
+            cat "$OUT/cell.jsonl" >> "$OUT/mlp_$m.jsonl" 2>/dev/null
+          done
+        done
+        echo "$line ms"
       done ;;
     boundaries)  # issue #14: what each kernel boundary costs the native bf16 step -- one process a cell with
                  # FLOORLINE_PROBE_NO_WAIT=kind (that kind of kernel never waits on the one before it: wrong tokens,

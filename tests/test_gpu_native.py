@@ -495,3 +495,25 @@ def _sass_of(compile_for) -> str:
     if not gemv_sass.cuobjdump_tool().exists():
         pytest.skip(f"no cuobjdump at {gemv_sass.cuobjdump_tool()}")
     return gemv_sass.cuobjdump(compile_for(f"sm_{major}{minor}"))
+
+
+@pytest.mark.parametrize("hidden, inter", [(3584, 18944), (4096, 14336)])
+def test_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
+    """mlp.tri_mlp (FLOORLINE_FUSED_MLP) at qwen2.5-7b's and llama-3.1-8b's shapes, every candidate the step re-times,
+    against the fp32 torch reference: the output buffer gets x + the MLP, the third buffer is zeroed, x is kept."""
+    from floorline.native import mlp as M
+
+    g = torch.Generator("cuda").manual_seed(5)
+    gate_up = (torch.randn(2 * inter, hidden, device="cuda", generator=g) * 0.02).bfloat16()
+    down_t = (torch.randn(inter, hidden, device="cuda", generator=g) * 0.02).bfloat16()
+    norm_w = torch.rand(hidden, device="cuda", generator=g) + 0.5
+    x = torch.randn(hidden, device="cuda", generator=g)
+    want = M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)
+    for c in M.CANDIDATES:
+        out, zero = torch.zeros(hidden, device="cuda"), torch.ones(hidden, device="cuda")
+        x0 = x.clone()
+        M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=c)
+        torch.cuda.synchronize()
+        err = ((out - want).norm() / want.norm()).item()
+        print(f"fused mlp {hidden}x{inter} {c}: rel err vs torch {err:.2e}")
+        assert err < 1e-4 and torch.equal(x, x0) and not zero.any(), c

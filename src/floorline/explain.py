@@ -9,8 +9,9 @@ Per kernel (the top-kernel table, attention): the time it adds to GPU busy, each
 kernel that ends first among those running then (_exclusive_us). Under programmatic dependent launch (mode native on
 Hopper) a kernel starts while its predecessor runs and waits for it, so its own span would count that wait twice;
 the shares sum to GPU busy. Each kernel's span is kept beside it (span_ms_per_step). A top kernel launched several
-times a layer is also split by its place in the layer (kernels_by_slot: mode native's one GEMV kernel serves q/k/v,
-o, gate_up and down, in that order, then lm_head after the layers).
+times a layer is also split by its place in the layer (kernels_by_slot: mode native's one GEMV kernel serves q/k/v
+and o, in that order, then lm_head after the layers; the MLP is a kernel of its own, or with FLOORLINE_FUSED_MLP=0
+the GEMV's gate_up and down after o).
 On the CPU the "kernels" are the leaf aten ops of the profile and "GPU busy" is the time inside them.
 """
 

@@ -507,9 +507,10 @@ if triton is not None:
 
 
     @triton.jit
-    def _embed(E, stride_e, TOK, X, H, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    def _embed(E, stride_e, TOK, X, H, BLOCK: tl.constexpr, PDL: tl.constexpr, ZERO_NEXT: tl.constexpr = 0):
         """The step's first kernel: x (fp32) = row `tok` of the embedding E; program p copies [p BLOCK, (p + 1) BLOCK).
-        tok was written by the previous step's last kernel (_next_token)."""
+        tok was written by the previous step's last kernel (_next_token). ZERO_NEXT: the H floats after x zeroed too
+        (the fused MLP's first output buffer, mlp.py)."""
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
         _pdl_wait(PDL)
@@ -517,6 +518,8 @@ if triton is not None:
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         live = offs < H
         tl.store(X + offs, tl.load(E + tok * stride_e + offs, mask=live).to(tl.float32), mask=live)
+        if ZERO_NEXT:
+            tl.store(X + H + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=live)
 
     @triton.jit
     def _next_token(LOGITS, N, STATE, TOK, POS, BLOCK: tl.constexpr, PDL: tl.constexpr):
@@ -818,12 +821,13 @@ def next_token_state(device) -> torch.Tensor:
     return torch.tensor([-(2**63), 0], dtype=torch.int64, device=device)
 
 
-def tri_embed(embed: torch.Tensor, tok: torch.Tensor, x: torch.Tensor) -> None:
-    """x (fp32) = embed[tok] in one PDL launch: the GPU twin of x.copy_(embed.index_select(0, tok)[0])."""
+def tri_embed(embed: torch.Tensor, tok: torch.Tensor, x: torch.Tensor, zero_next: bool = False) -> None:
+    """x (fp32) = embed[tok] in one PDL launch: the GPU twin of x.copy_(embed.index_select(0, tok)[0]);
+    zero_next: x is row 0 of a contiguous (rows >= 2, n) buffer whose row 1 is zeroed too."""
     pdl = _pdl_default()
     n = x.numel()
     _embed[(triton.cdiv(n, STEP_BLOCK),)](embed, embed.stride(0), tok, x, n, BLOCK=STEP_BLOCK, PDL=pdl,
-                                          num_warps=4, **_launch(pdl))
+                                          num_warps=4, **({"ZERO_NEXT": 1} if zero_next else {}), **_launch(pdl))
 
 
 def tri_next_token(logits: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor, state: torch.Tensor) -> None:

@@ -19,6 +19,7 @@ import math
 import torch
 
 from floorline.native import kernels as K
+from floorline.native import mlp as M
 
 
 class NativeModel:
@@ -30,6 +31,10 @@ class NativeModel:
         self.hidden, self.eps = cfg.hidden_size, cfg.rms_norm_eps
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.max_len = max_len
+        # each MLP one kernel (mlp.py; FLOORLINE_FUSED_MLP=0: gate_up then down), dense weights only
+        # (the tensor-parallel subclass has its own step)
+        self.fused_mlp = (M.enabled() and type(self) is NativeModel
+                          and not hasattr(hf.model.layers[0].mlp.down_proj, "words"))
         dev = next(hf.parameters()).device
         self.embed = hf.model.embed_tokens.weight
         self.final_norm = hf.model.norm.weight.float()  # norms in fp32 (tiny): the int4 CUDA GEMV reads them so
@@ -57,13 +62,17 @@ class NativeModel:
         d["o"] = _fuse([at.o_proj])
         d["gate_up"] = _fuse([mlp.gate_proj, mlp.up_proj])
         d["down"] = _fuse([mlp.down_proj])
+        if self.fused_mlp:  # mlp.py reads down transposed (a copy: HF's own modes keep theirs)
+            d["down_t"] = d["down"]["w"].t().contiguous()
         return d
 
     def _buffers(self, dev) -> None:
         f32 = dict(device=dev, dtype=torch.float32)
         h, kv, d = self.heads, self.kv_heads, self.head_dim
         inter = self.layers[0]["gate_up"]["rows"] // 2
-        self.x = torch.zeros(self.hidden, **f32)  # the residual stream: o and down add into it in place
+        # the residual stream: o and down add into it in place; with the fused MLP, three buffers in turn (mlp.py)
+        self.xs = torch.zeros(3 if self.fused_mlp else 1, self.hidden, **f32)
+        self.x = self.xs[0]
         self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
         self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
@@ -95,6 +104,14 @@ class NativeModel:
             self.qkv.zero_()
         return out
 
+    def _mlp(self, lay: dict, x, out, zero) -> None:
+        """out (zeros) = x + the layer's MLP of x; zero = 0 (mlp.py)."""
+        if self.ops == "triton":
+            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps)
+        else:
+            out.add_(M.ref_mlp(lay["gate_up"]["w"], lay["down_t"], x, lay["ffn_norm"], self.eps))
+            zero.zero_()
+
     def _qkv(self, lay: dict, x) -> None:
         """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed)."""
         self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
@@ -103,18 +120,27 @@ class NativeModel:
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
         """One token: self.tok at self.pos in, the next token and position out, all on the device, in place."""
-        x = self.x
+        x, xs = self.x, self.xs
         if self.ops == "triton":  # a PDL launch: the first q/k/v GEMV's programs load weights while it runs
-            K.tri_embed(self.embed, self.tok, x)
+            K.tri_embed(self.embed, self.tok, x, zero_next=self.fused_mlp)
         else:
             x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
+            if self.fused_mlp:
+                xs[1].zero_()
         for i, lay in enumerate(self.layers):
+            if self.fused_mlp:
+                x = xs[i % 3]
             self._qkv(lay, x)
             a = self._attention(i)
             self._gemv(lay["o"], a, x, residual=x, kind="o")  # x += o(a), in place (split-K where it pays)
+            if self.fused_mlp:  # into the next buffer (zeroed), the one after it zeroed for the next layer
+                self._mlp(lay, x, xs[(i + 1) % 3], xs[(i + 2) % 3])
+                continue
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True,
                        kind="gate_up")
             self._gemv(lay["down"], self.act, x, residual=x, kind="down")
+        if self.fused_mlp:
+            x = xs[len(self.layers) % 3]
         self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm, kind="lm_head")
         if self.ops == "triton":
             K.tri_next_token(self.logits, self.tok, self.pos, self.next_state)

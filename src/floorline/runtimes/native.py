@@ -36,12 +36,14 @@ class Native(Runtime):
     def describe(self) -> dict:
         from floorline.native import int4_cuda
         from floorline.native import kernels as K
+        from floorline.native import mlp as M
 
         return {"native_pdl": K.pdl_name(), "native_attn_chunk": self.net.attn.chunk,
                 "native_attn": self.net.attn.name(),
                 "native_int4_configs": int4_cuda.tuned() or None,
                 "native_int4_step_tuning": int4_cuda.last_step_tuning or None,
                 "native_triton_step_tuning": K.last_step_tuning or None,
+                **({"native_fused_mlp": M.last_step_tuning or True} if self.net.fused_mlp else {}),
                 **({"native_probe_no_wait": sorted(K.PROBE_NO_WAIT)} if K.PROBE_NO_WAIT else {})}
 
     def prefill(self, prompt: torch.Tensor, chunk: int = 1024, progress=None) -> None:
@@ -52,17 +54,20 @@ class Native(Runtime):
     def prepare(self) -> None:
         from floorline.native import int4_cuda
         from floorline.native import kernels as K
+        from floorline.native import mlp as M
 
         t0 = time.perf_counter()
         self.graph = capture_graph(self.net.step, self.prepare_tokens)
         int4 = int4_cuda.STEP_TUNE and int4_cuda._RANKED
-        if int4 or K.STEP_TUNE:  # launch configs and tiles re-timed inside the step itself
+        if int4 or K.STEP_TUNE or self.net.fused_mlp:  # launch configs and tiles re-timed inside the step itself
             self.graph = None
             capture, state = (lambda: capture_graph(self.net.step, 0)), [self.net.tok, self.net.pos]
             if int4:
                 int4_cuda.retune_in_step(capture, state)
             if K.STEP_TUNE:
                 K.retune_in_step(capture, state)
+            if self.net.fused_mlp:
+                M.retune_in_step(capture, state)
             self.graph = capture_graph(self.net.step, 0)
         self.prepare_s = time.perf_counter() - t0
 

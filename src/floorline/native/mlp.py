@@ -1,0 +1,157 @@
+"""A layer's whole MLP in one kernel, split over the intermediate dimension (mode native's dense step; off with
+FLOORLINE_FUSED_MLP=0).
+
+    x_out = x + down(silu(gate(n(x))) * up(n(x)))        n: RMSNorm(x) * g
+
+The two-GEMV MLP (gate_up, then down) has a kernel boundary between them: down needs every element of
+silu(gate) * up, so it waits for all of gate_up's programs to finish and its own to ramp up (about 3 us a layer on the
+H200 by the step's probe, FLOORLINE_PROBE_NO_WAIT=down). Split the other way, as tensor parallelism splits an MLP
+over GPUs, no program needs another's output: program p owns a contiguous range of intermediate rows j, computes
+h_j = silu(g_j) u_j from gate row j and up row j (dot products with n(x): hidden columns each), and adds h_j times
+row j of down^T into a private fp32 vector of `hidden` partial sums. At its end it adds that vector into the next
+residual buffer with fp32 atomics (hidden atomics a program, a few hundred programs a layer). down is stored
+transposed, (intermediate, hidden), so a program's rows are contiguous; gate rows j and up rows j come from the same
+fused (2 intermediate, hidden) matrix as the two-GEMV path's.
+
+The residual cannot be updated in place (a program would add into x while another still reads it), so the step
+rotates three fp32 buffers: layer l reads B[l % 3] (q/k/v, o adds into it in place as before, this kernel reads it),
+adds into B[(l + 1) % 3], which was zeroed earlier, and zeroes B[(l + 2) % 3] (last read by layer l - 1, done) for
+layer l + 1. Program 0 also adds x itself. The step's embedding kernel zeroes B[1] for layer 0.
+
+Bytes: the same weights as the two GEMVs (3 intermediate x hidden bf16), x once a program (hidden fp32, from L2), and
+`hidden` fp32 atomics a program instead of the intermediate vector's write and read.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from floorline.native import kernels as K
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = tl = None
+
+# (rows a tile BJ, warps, programs per SM): the candidates the step re-times (retune_in_step); the first is used until
+# then. Each program keeps the next tile's 3 BJ rows in flight while it uses this one's. Offline SASS (sm_90, hidden
+# 3584): 105, 86, 64 (16 bytes spilled), 215, 249 registers; BJ 8 spills (hundreds of bytes) and was left out. On the
+# H200 the step took (4, 16, 1) for both models (session16/fused-mlp: 3.481 ms against 3.536-3.802 for the others).
+CANDIDATES = [(4, 16, 1), (2, 16, 1), (4, 32, 1), (4, 8, 1), (2, 4, 2)]
+_CHOICE: dict = {}  # (hidden, intermediate): the candidate in use
+last_step_tuning: dict = {}
+_SEEN: set = set()  # (hidden, intermediate) of every tri_mlp launch (retune_in_step's shapes)
+
+
+def enabled() -> bool:
+    """Whether the native step runs each dense MLP as one kernel (this module): FLOORLINE_FUSED_MLP, 1 (the default)
+    or 0 (gate_up then down, two GEMVs). On the H200, ctx 2048 bf16: qwen2.5-7b 3.610 -> 3.475 ms, llama-3.1-8b
+    3.891 -> 3.789 (results/h200/session16/fused-mlp/)."""
+    v = os.environ.get("FLOORLINE_FUSED_MLP", "1")
+    if v not in ("0", "1"):
+        from floorline.errors import UserError
+
+        raise UserError(f"FLOORLINE_FUSED_MLP={v!r}: use 0 or 1")
+    return v == "1"
+
+
+def ref_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, norm_w: torch.Tensor, eps: float):
+    """The torch reference (fp32): x + down_t^T (silu(g) * u), [g; u] = gate_up n(x)."""
+    gu = gate_up.float() @ K.rmsnorm(x, norm_w, eps)
+    g, u = gu.chunk(2)
+    return x.float() + (torch.nn.functional.silu(g) * u) @ down_t.float()
+
+
+if triton is not None:
+
+    @triton.jit
+    def _mlp(WGU, WDT, X, NW, XO, XZ, H, I, eps, TILES,
+             BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr):
+        if PDL == 1:
+            tl.extra.cuda.gdc_launch_dependents()
+        pid = tl.program_id(0)
+        npr = tl.num_programs(0)
+        t0 = pid * TILES // npr  # this program's tiles of BJ intermediate rows: [t0, t1)
+        t1 = (pid + 1) * TILES // npr
+        rk = tl.arange(0, HP)
+        km = rk < H
+        i = tl.arange(0, 2 * BJ)  # a tile's gate rows, then its up rows (I rows further)
+        gu_rows = (t0 * BJ + i % BJ + (i // BJ) * I)[:, None] * H + rk[None, :]
+        d_rows = (t0 * BJ + tl.arange(0, BJ))[:, None] * H + rk[None, :]
+        live = km[None, :] & ((tl.zeros([1, 1], dtype=tl.int32) + t0) < t1)
+        # the first tile is requested before the wait: weights never depend on the previous kernel
+        wgu = tl.load(WGU + gu_rows, mask=live, other=0.0, eviction_policy="evict_first")
+        wd = tl.load(WDT + d_rows, mask=live, other=0.0, eviction_policy="evict_first")
+        K._pdl_wait(PDL)
+        x = tl.load(X + rk, mask=km, other=0.0)
+        xn = x * tl.load(NW + rk, mask=km, other=0.0) / tl.sqrt(tl.sum(x * x, 0) / H + eps)
+        y = tl.where(pid == 0, x, 0.0)  # program 0 carries the residual itself
+        tl.store(XZ + rk, tl.zeros([HP], dtype=tl.float32), mask=km & (rk % npr == pid))  # the next layer's buffer
+        half = tl.arange(0, 2)[:, None]
+        for t in range(t0, t1):
+            more = km[None, :] & ((tl.zeros([1, 1], dtype=tl.int32) + t + 1) < t1)
+            wgu2 = tl.load(WGU + gu_rows + BJ * H, mask=more, other=0.0, eviction_policy="evict_first")
+            wd2 = tl.load(WDT + d_rows + BJ * H, mask=more, other=0.0, eviction_policy="evict_first")
+            s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)  # (2 BJ,): gate sums then up sums
+            s2 = tl.reshape(s, [2, BJ])
+            g = tl.sum(tl.where(half == 0, s2, 0.0), 0)
+            u = tl.sum(tl.where(half == 1, s2, 0.0), 0)
+            h = g / (1.0 + tl.exp(-g)) * u
+            y += tl.sum(h[:, None] * wd.to(tl.float32), 0)
+            wgu = wgu2
+            wd = wd2
+            gu_rows += BJ * H
+            d_rows += BJ * H
+        tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
+
+
+def fitting(inter: int) -> list:
+    """The candidates whose tile divides the intermediate size (one-row tiles if none does)."""
+    return [c for c in CANDIDATES if inter % c[0] == 0] or [(1, 16, 1)]
+
+
+def _sms(dev) -> int:
+    return torch.cuda.get_device_properties(dev).multi_processor_count
+
+
+def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: torch.Tensor, zero: torch.Tensor,
+            norm_w: torch.Tensor, eps: float, config: tuple | None = None) -> None:
+    """out += ref_mlp(...) (out holds zeros: the result lands there) and zero[:] = 0, in one launch. x, out, zero:
+    three distinct fp32 vectors of `hidden`; gate_up (2 intermediate, hidden) and down_t (intermediate, hidden) bf16."""
+    i2, h = gate_up.shape
+    inter = i2 // 2
+    if (down_t.shape != (inter, h) or not (gate_up.is_contiguous() and down_t.is_contiguous())
+            or len({x.data_ptr(), out.data_ptr(), zero.data_ptr()}) < 3):
+        raise ValueError("tri_mlp: contiguous gate_up (2I, H) and down_t (I, H), and three distinct H vectors")
+    key = (h, inter)
+    bj, warps, per_sm = config or _CHOICE.get(key) or fitting(inter)[0]
+    if inter % bj:
+        raise ValueError(f"tri_mlp: intermediate {inter} is not a multiple of {bj}")
+    pdl = K._pdl_default()
+    args = (gate_up, down_t, x, norm_w, out, zero, h, inter, eps)
+    if key not in _SEEN and not K.INTERPRET and not torch.cuda.is_current_stream_capturing():
+        for c in fitting(inter):  # compiled now, not while the step tuner captures a graph
+            _mlp.warmup(*args, inter // c[0], BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, num_warps=c[1],
+                        grid=(1,), **K._launch(pdl))
+    _SEEN.add(key)
+    progs = per_sm if K.INTERPRET else _sms(x.device) * per_sm  # the interpreter: as many programs as per_sm says
+    _mlp[(progs,)](*args, inter // bj, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, num_warps=warps,
+                   **K._launch(pdl))
+
+
+def retune_in_step(capture, state: list, reps: int = 30) -> None:
+    """Each fused-MLP shape the step ran with, its candidates (that divide its intermediate size) timed in the whole
+    step (timing.fastest_in_step, as kernels.retune_in_step does the GEMV tiles), the fastest kept."""
+    from floorline import timing
+
+    global last_step_tuning
+    last_step_tuning = {}
+    for key in list(_SEEN):
+        use = lambda c, key=key: _CHOICE.__setitem__(key, c)  # noqa: E731
+        times = timing.fastest_in_step(fitting(key[1]), use, capture, state, reps)
+        last_step_tuning[f"{key[1]}x{key[0]} mlp"] = {f"bj{c[0]} w{c[1]} x{c[2]}": round(t, 4)
+                                                      for c, t in times.items()}
+
