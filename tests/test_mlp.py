@@ -56,20 +56,31 @@ def test_fused_mlp_refuses_shared_buffers_and_a_bad_switch(monkeypatch):
     assert M.enabled()  # the default
 
 
-@pytest.mark.parametrize("fused", ["1", "0"])
+def test_the_native_step_fuses_dense_mlps_by_default(monkeypatch):
+    """The default: three residual buffers and down^T; test_native's comparisons with HF (both tiny models, both ops)
+    run this path. int4 keeps the two GEMVs."""
+    from floorline import models, quant, zoo
+    from floorline.native.model import NativeModel
+
+    monkeypatch.delenv("FLOORLINE_FUSED_MLP", raising=False)
+    m = models.build_random(zoo.ZOO["tiny-qwen2"], torch.device("cpu"), "fp32", seed=0)
+    net = NativeModel(m, 64, ops="torch")
+    assert net.fused_mlp and net.xs.shape[0] == 3 and len(net.layers) % 3 != 0  # the last output not in buffer 0
+    assert torch.equal(net.layers[0]["down_t"], net.layers[0]["down"]["w"].t())
+    quant.convert(m, quant.get("int4"), torch.float32)
+    assert not NativeModel(m, 64, ops="torch").fused_mlp
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
 @pytest.mark.parametrize("ops", ["torch", "triton"])
-def test_native_with_and_without_the_fused_mlp_matches_hf_in_fp32(name, ops, fused, monkeypatch):
-    """Prefill and 4 decode steps. Fused (the default): 4 layers cycle through the three buffers and back to the first,
-    and each step starts over (the embedding zeroes buffer 1 again), so a buffer left unzeroed or read after its layer
-    would show in the logits. FLOORLINE_FUSED_MLP=0: gate_up then down, the residual in place."""
+def test_native_without_the_fused_mlp_matches_hf_in_fp32(name, ops, monkeypatch):
+    """FLOORLINE_FUSED_MLP=0: gate_up then down, the residual in place (dense weights; what int4 always runs)."""
     if ops == "triton" and not K.INTERPRET:
         pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1; on a GPU: test_gpu_native.py")
-    monkeypatch.setenv("FLOORLINE_FUSED_MLP", fused)
+    monkeypatch.setenv("FLOORLINE_FUSED_MLP", "0")
     from floorline import models, zoo
     from floorline.native.model import NativeModel
 
     net = NativeModel(models.build_random(zoo.ZOO[name], torch.device("cpu"), "fp32", seed=0), 64, ops=ops)
-    assert net.fused_mlp == (fused == "1") and net.xs.shape[0] == (3 if fused == "1" else 1)
-    assert len(net.layers) % 3 != 0  # the last layer's output is not in buffer 0
+    assert not net.fused_mlp and net.xs.shape[0] == 1
     assert _compare_with_hf(name, ops) < 1e-5

@@ -275,7 +275,10 @@ def _compare_with_hf(name, ops, steps=4, quant_name=None):
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
 @pytest.mark.parametrize("ops", ["torch", "triton"])
 def test_native_matches_hf_in_fp32(name, ops):
-    """llama3 RoPE scaling (tiny-llama) and q/k/v biases with tied embeddings (tiny-qwen2), prefill and decode."""
+    """llama3 RoPE scaling (tiny-llama) and q/k/v biases with tied embeddings (tiny-qwen2), prefill and decode. Each
+    MLP one kernel (mlp.py, the default): the 4 layers cycle through its three residual buffers and back to the first,
+    and each step starts over (the embedding zeroes buffer 1 again), so a buffer left unzeroed or read after its layer
+    would show in the logits (test_mlp.py: without it)."""
     if ops == "triton" and not K.INTERPRET:
         pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1; on a GPU: test_gpu_native.py")
     assert _compare_with_hf(name, ops) < 1e-5
