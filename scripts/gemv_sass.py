@@ -10,6 +10,10 @@ ptxas and cuobjdump), with the JIT's own specialisation (pointers and sizes divi
                                                              every tile of kernels._BF16 (and others): registers,
                                                              programs an SM holds, weight bytes an SM has in flight
 
+  python scripts/gemv_sass.py mlp-same REV                   the fused MLP kernel (native/mlp.py) against REV's, for
+                                                             every candidate at hidden 3584 and 4096 and PDL off /
+                                                             early / after-wait
+
 `same` is how a refactor of measured sources is checked not to change what was measured (source_sha256 hashes the
 text, comments included).
 """
@@ -84,6 +88,22 @@ def summary(code: str) -> dict:
             "barriers": code.count("BAR.SYNC")}
 
 
+def mlp_sass(fn, bj: int, warps: int, hidden: int, pdl: int) -> str:
+    """The SASS of mlp._mlp (or a revision's) for sm_90, as `sass` gives the GEMV's."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(fn.arg_names)
+    ptrs = dict(WGU="*bf16", WDT="*bf16", X="*fp32", NW="*fp32", XO="*fp32", XZ="*fp32")
+    sig = {n: ptrs.get(n, "i32" if n in ("H", "I", "TILES") else "fp32" if n == "eps" else "constexpr") for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*ptrs, "H", "I")}
+    const = dict(BJ=bj, HP=triton.next_power_of_2(hidden), PDL=pdl)
+    src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    out = cuobjdump(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps)).asm["cubin"])
+    return "\n".join(ln for ln in out.splitlines() if "Function" not in ln and "code for" not in ln)
+
+
 def residency(regs: int, shared: int, warps: int) -> int:
     """Programs of `warps` warps one H100/H200 SM holds at once: 64K registers (allocated per warp in 256s), 228 KB of
     shared memory (1 KB of it reserved per block), 64 warps, 32 blocks."""
@@ -123,12 +143,12 @@ def tile_table(pro: int, glu: int, acc: int, split: int, extra=()) -> list[dict]
     return rows
 
 
-def _kernels_at(rev: str):
-    text = subprocess.run(["git", "show", f"{rev}:src/floorline/native/kernels.py"], cwd=ROOT, capture_output=True,
+def _kernels_at(rev: str, name: str = "kernels"):
+    text = subprocess.run(["git", "show", f"{rev}:src/floorline/native/{name}.py"], cwd=ROOT, capture_output=True,
                           text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / "kernels_at_rev.py"  # a real file: Triton reads the kernels' source back
+    path = Path(tempfile.mkdtemp()) / f"{name}_at_rev.py"  # a real file: Triton reads the kernels' source back
     path.write_text(text)
-    spec = importlib.util.spec_from_file_location("kernels_at_rev", path)
+    spec = importlib.util.spec_from_file_location(f"{name}_at_rev", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -144,6 +164,7 @@ def main(argv=None) -> int:
     s.add_argument("--stages", type=int, default=0, help="Triton's cp.async pipeline instead of register buffers")
     c = sub.add_parser("same")
     c.add_argument("rev")
+    sub.add_parser("mlp-same").add_argument("rev")
     t = sub.add_parser("tiles")
     for name, default in (("pro", 1), ("glu", 1), ("acc", 0), ("split", 1)):
         t.add_argument(name, type=int, nargs="?", default=default)
@@ -163,6 +184,15 @@ def main(argv=None) -> int:
     if a.cmd == "show":
         const = constants(a.bn, a.bk, a.ahead, a.pro, stages=a.stages)
         print(json.dumps(summary(sass(kernels._gemv, const, a.warps))))
+        return 0
+    if a.cmd == "mlp-same":
+        from floorline.native import mlp
+
+        old = _kernels_at(a.rev, "mlp")
+        cases = [(bj, w, h, pdl) for bj, w, _ in mlp.CANDIDATES for h in (3584, 4096) for pdl in (0, 1, 3)]
+        differ = [c for c in cases if mlp_sass(mlp._mlp, *c) != mlp_sass(old._mlp, *c)]
+        print(f"{len(cases) - len(differ)} of {len(cases)} fused-MLP variants compile to the same SASS as at {a.rev}"
+              + (f"; differ (BJ, warps, hidden, PDL): {differ}" if differ else ""))
         return 0
     old = _kernels_at(a.rev)
     differ = []

@@ -422,8 +422,8 @@ PY
                  # the step's time without that boundary's dependency), the tiles from the autotuner alone
                  # (FLOORLINE_TRITON_STEP_TUNE=0, every side; PROBE_STEP_TUNE=1: re-timed in the step as `run` does);
                  # PROBE_CELLS "model:ctx:kind,kind..." items override
-      for c in ${PROBE_CELLS:-"qwen2.5-7b:2048:none,qkv,attn,merge,o,gate_up,down,lm_head,all" \
-                 "llama-3.1-8b:2048:none,down,all"}; do
+      for c in ${PROBE_CELLS:-"qwen2.5-7b:2048:none,qkv,attn,merge,o,mlp,lm_head,all" \
+                 "llama-3.1-8b:2048:none,mlp,all"}; do
         IFS=: read -r m x kinds <<< "$c"
         IFS=, read -ra ks <<< "$kinds"
         line="$m ctx $x:"

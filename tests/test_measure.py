@@ -15,6 +15,18 @@ def cfg(**kw) -> RunConfig:
                         "steps": 5, **kw})
 
 
+def test_memory_need_counts_the_native_fused_mlps_copy_of_down(monkeypatch):
+    a = zoo.ZOO["tiny-llama"]
+    plain = measure.memory_need(cfg(), a, 64, False)
+    monkeypatch.delenv("FLOORLINE_FUSED_MLP", raising=False)
+    native = measure.memory_need(cfg(modes=["native"]), a, 64, False)
+    dense = floor.weight_format(cfg().dtype).dense_bytes
+    assert native[0] - plain[0] == a.layers * a.intermediate * a.hidden * dense and native[1] == plain[1]
+    assert measure.memory_need(cfg(modes=["native"], quant="int4"), a, 64, False)[0] == plain[0]  # two GEMVs
+    monkeypatch.setenv("FLOORLINE_FUSED_MLP", "0")
+    assert measure.memory_need(cfg(modes=["native"]), a, 64, False) == plain
+
+
 # ------------------------------------------------------------------------------------------------------ validate
 def test_validate_accepts_the_last_context_that_fits():
     a = zoo.ZOO["tiny-llama"]

@@ -11,6 +11,7 @@ triton = pytest.importorskip("triton", reason="mode native's kernels need Triton
 from floorline.errors import UserError  # noqa: E402
 from floorline.native import kernels as K  # noqa: E402
 from floorline.native import mlp as M  # noqa: E402
+from conftest import load_script  # noqa: E402
 from test_native import _compare_with_hf, _rand, _rel, interpreted  # noqa: E402
 
 
@@ -38,14 +39,47 @@ def test_fused_mlp_matches_its_reference_and_zeroes_the_next_buffer(hidden, inte
     assert _rel(two, want) < 1e-5
 
 
-def test_fused_mlp_refuses_shared_buffers_and_a_bad_switch(monkeypatch):
+def test_the_fused_mlp_touches_activations_only_after_its_wait():
+    """The sm_90 SASS (compiled here, no GPU: Triton's ptxas and cuobjdump, scripts/gemv_sass.py) of the step's
+    candidate: before griddepcontrol.wait (ACQBULK) only the weights' evict-first loads; x, the zeroing store and the
+    atomic add after it (the interpreter runs without programmatic dependent launch: no test on the CPU sees a load
+    of x moved above the wait otherwise)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    gemv_sass = load_script("gemv_sass")
+    if not gemv_sass.cuobjdump_tool().exists():
+        pytest.skip("this Triton build has no bundled cuobjdump")
+    root = Path(__file__).resolve().parents[1]
+    code = (f"import json, re, sys; sys.path[:0] = [{str(root / 'scripts')!r}, {str(root / 'src')!r}]\n"
+            "import gemv_sass; from floorline.native import mlp\n"
+            "before, after = gemv_sass.mlp_sass(mlp._mlp, *mlp.CANDIDATES[0][:2], 3584, 3).split('ACQBULK', 1)\n"
+            "ops = lambda t: sorted(set(re.findall(r'\\b(?:LDG|STG|REDG?|ATOMG?)[.\\w]*', t)))\n"
+            "print(json.dumps([ops(before), ops(after)]))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    before, after = json.loads(out.splitlines()[-1])
+    assert before == ["LDG.E.EF.128"], before
+    assert {"LDG.E.128", "STG.E"} <= set(after) and any(op.startswith("REDG.E.ADD.F32x4") for op in after), after
+
+
+def test_fused_mlp_refuses_bad_operands_and_a_bad_switch(monkeypatch):
     gate_up, down_t = torch.zeros(8, 16, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.bfloat16)
-    x = torch.zeros(16)
-    with pytest.raises(ValueError, match="three distinct"):
-        M.tri_mlp(gate_up, down_t, x, x, torch.zeros(16), torch.ones(16), 1e-6)
-    with pytest.raises(ValueError, match="contiguous"):
-        M.tri_mlp(gate_up, torch.zeros(16, 4, dtype=torch.bfloat16).t(), x, torch.zeros(16), torch.zeros(16),
-                  torch.ones(16), 1e-6)
+    x, one = torch.zeros(16), torch.ones(16)
+    with pytest.raises(ValueError, match="three distinct fp32 vectors of 16"):
+        M.tri_mlp(gate_up, down_t, x, x, torch.zeros(16), one, 1e-6)
+    with pytest.raises(ValueError, match="three distinct fp32 vectors of 16"):
+        M.tri_mlp(gate_up, down_t, x, torch.zeros(15), torch.zeros(16), one, 1e-6)
+    with pytest.raises(ValueError, match="three distinct fp32 vectors of 16"):
+        M.tri_mlp(gate_up, down_t, x, torch.zeros(16, dtype=torch.bfloat16), torch.zeros(16), one, 1e-6)
+    with pytest.raises(ValueError, match="contiguous gate_up"):
+        M.tri_mlp(gate_up, torch.zeros(16, 4, dtype=torch.bfloat16).t(), x, torch.zeros(16), torch.zeros(16), one,
+                  1e-6)
+    with pytest.raises(ValueError, match="followed by n more floats"):  # the embedding's zero_next needs row 1
+        K.tri_embed(torch.zeros(8, 16), torch.zeros(1, dtype=torch.long), torch.zeros(16), zero_next=True)
     assert M.fitting(18944)[0] == M.CANDIDATES[0] and M.fitting(7) == [(1, 16, 1)]
     monkeypatch.setenv("FLOORLINE_FUSED_MLP", "yes")
     with pytest.raises(UserError, match="FLOORLINE_FUSED_MLP='yes': use 0 or 1"):
@@ -54,6 +88,39 @@ def test_fused_mlp_refuses_shared_buffers_and_a_bad_switch(monkeypatch):
     assert not M.enabled()
     monkeypatch.delenv("FLOORLINE_FUSED_MLP")
     assert M.enabled()  # the default
+
+
+def test_the_boundary_probe_names_the_fused_mlp_and_refuses_its_gemvs(monkeypatch):
+    """FLOORLINE_PROBE_NO_WAIT=mlp (or all) probes the fused kernel; naming gate_up or down, kernels the fused step
+    does not launch, is a one-line error (it would time a plain step as a probe), and fine with FLOORLINE_FUSED_MLP=0."""
+    from floorline import models, zoo
+    from floorline.native.model import NativeModel
+
+    monkeypatch.setattr(K, "_pdl_default", lambda: 3)
+    for kinds, want in (({"mlp"}, K.PDL_NO_WAIT), ({"all"}, K.PDL_NO_WAIT), ({"o"}, 3)):
+        monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset(kinds))
+        assert K._pdl_for("mlp") == want
+    m = models.build_random(zoo.ZOO["tiny-llama"], torch.device("cpu"), "fp32", seed=0)
+    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({"down"}))
+    with pytest.raises(UserError, match="gate_up and down are one kernel here .* name mlp, or set FLOORLINE_FUSED_MLP=0"):
+        NativeModel(m, 64, ops="torch")
+    monkeypatch.setenv("FLOORLINE_FUSED_MLP", "0")
+    assert not NativeModel(m, 64, ops="torch").fused_mlp
+
+
+@interpreted
+def test_the_step_retune_times_only_the_shapes_this_step_launches(monkeypatch):
+    """A shape left from an earlier model in the process is not re-timed (nor reported) for this one."""
+    from floorline import timing
+
+    tuned = []
+    monkeypatch.setattr(timing, "fastest_in_step", lambda cands, use, capture, state, reps: (
+        tuned.append(list(cands)), use(cands[0]), {c: 1.0 for c in cands})[2])
+    monkeypatch.setattr(M, "_USED", {(4096, 14336)})  # an earlier model's
+    gate_up, down_t = _rand(24, 32, dtype=torch.bfloat16), _rand(12, 32, dtype=torch.bfloat16)
+    bufs = torch.zeros(3, 32)
+    M.retune_in_step(lambda: M.tri_mlp(gate_up, down_t, bufs[0], bufs[1], bufs[2], torch.ones(32), 1e-6), [])
+    assert tuned == [M.fitting(12)] and list(M.last_step_tuning) == ["12x32 mlp"]
 
 
 def test_the_native_step_fuses_dense_mlps_by_default(monkeypatch):

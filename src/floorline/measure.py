@@ -102,10 +102,16 @@ def cache_len(cfg: RunConfig, a: zoo.Arch, ctx: int, energy: bool) -> int:
 
 
 def memory_need(cfg: RunConfig, a: zoo.Arch, ctx: int, energy: bool) -> tuple[int, int]:
-    """(weight bytes, KV-cache bytes) a cell allocates: every parameter, and the cache sized by cache_len."""
+    """(weight bytes, KV-cache bytes) a cell allocates: every parameter (and, for mode native's fused MLP on dense
+    weights, its transposed copy of each down matrix), and the cache sized by cache_len."""
     dense = floor.weight_format(cfg.dtype).dense_bytes
-    return (floor.parameter_count(a) * dense,
-            cache_len(cfg, a, ctx, energy) * floor.kv_bytes_per_token(a, dense))
+    weights = floor.parameter_count(a) * dense
+    if "native" in cfg.modes and quant.get(cfg.quant) is None:
+        from floorline.native import mlp
+
+        if mlp.enabled():
+            weights += a.layers * a.intermediate * a.hidden * dense  # down^T: (intermediate, hidden) a layer
+    return weights, cache_len(cfg, a, ctx, energy) * floor.kv_bytes_per_token(a, dense)
 
 
 def weight_format(cfg: RunConfig) -> floor.WeightFormat:

@@ -115,7 +115,7 @@ PDL_NO_WAIT = 4  # a timing probe only: the kernel lets the next one launch and 
 # on the previous one, a probe of what each kernel boundary costs the step (an upper bound on what removing it could
 # save); the tokens are garbage and the records say so (native_probe_no_wait)
 PROBE_NO_WAIT = frozenset(filter(None, os.environ.get("FLOORLINE_PROBE_NO_WAIT", "").split(",")))
-PROBE_KINDS = ("qkv", "attn", "merge", "o", "gate_up", "down", "lm_head", "all")
+PROBE_KINDS = ("qkv", "attn", "merge", "o", "gate_up", "down", "mlp", "lm_head", "all")
 
 
 def _pdl_default() -> int:
@@ -826,6 +826,8 @@ def tri_embed(embed: torch.Tensor, tok: torch.Tensor, x: torch.Tensor, zero_next
     zero_next: x is row 0 of a contiguous (rows >= 2, n) buffer whose row 1 is zeroed too."""
     pdl = _pdl_default()
     n = x.numel()
+    if zero_next and x.untyped_storage().nbytes() < (x.storage_offset() + 2 * n) * x.element_size():
+        raise ValueError("tri_embed zero_next: x must be followed by n more floats of its buffer")
     _embed[(triton.cdiv(n, STEP_BLOCK),)](embed, embed.stride(0), tok, x, n, BLOCK=STEP_BLOCK, PDL=pdl,
                                           num_warps=4, **({"ZERO_NEXT": 1} if zero_next else {}), **_launch(pdl))
 

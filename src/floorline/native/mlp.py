@@ -43,7 +43,8 @@ except ImportError:
 CANDIDATES = [(4, 16, 1), (2, 16, 1), (4, 32, 1), (4, 8, 1), (2, 4, 2)]
 _CHOICE: dict = {}  # (hidden, intermediate): the candidate in use
 last_step_tuning: dict = {}
-_SEEN: set = set()  # (hidden, intermediate) of every tri_mlp launch (retune_in_step's shapes)
+_USED: set = set()  # (hidden, intermediate) of tri_mlp's launches since retune_in_step cleared it
+_WARM: set = set()  # (hidden, intermediate, dtype, PDL mode): every candidate compiled
 
 
 def enabled() -> bool:
@@ -105,6 +106,8 @@ if triton is not None:
             wd = wd2
             gu_rows += BJ * H
             d_rows += BJ * H
+        if PDL == 2:  # FLOORLINE_PDL=late: after the main loop
+            tl.extra.cuda.gdc_launch_dependents()
         tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
 
 
@@ -123,35 +126,44 @@ def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: t
     three distinct fp32 vectors of `hidden`; gate_up (2 intermediate, hidden) and down_t (intermediate, hidden) bf16."""
     i2, h = gate_up.shape
     inter = i2 // 2
-    if (down_t.shape != (inter, h) or not (gate_up.is_contiguous() and down_t.is_contiguous())
-            or len({x.data_ptr(), out.data_ptr(), zero.data_ptr()}) < 3):
-        raise ValueError("tri_mlp: contiguous gate_up (2I, H) and down_t (I, H), and three distinct H vectors")
+    if down_t.shape != (inter, h) or not (gate_up.is_contiguous() and down_t.is_contiguous()):
+        raise ValueError(f"tri_mlp: contiguous gate_up (2I, H) and down_t (I, H), not {tuple(gate_up.shape)} and "
+                         f"{tuple(down_t.shape)}")
+    vecs = (x, out, zero)
+    if any(v.dtype != torch.float32 or v.numel() != h for v in vecs) or len({v.data_ptr() for v in vecs}) < 3:
+        raise ValueError(f"tri_mlp: x, out and zero must be three distinct fp32 vectors of {h}")
+    if 2 * inter * h >= 2**31:  # the kernel's int32 offsets
+        raise ValueError(f"tri_mlp: gate_up of {2 * inter} x {h} is past the kernel's int32 offsets")
     key = (h, inter)
     bj, warps, per_sm = config or _CHOICE.get(key) or fitting(inter)[0]
     if inter % bj:
         raise ValueError(f"tri_mlp: intermediate {inter} is not a multiple of {bj}")
-    pdl = K._pdl_default()
+    pdl = K._pdl_for("mlp")
     args = (gate_up, down_t, x, norm_w, out, zero, h, inter, eps)
-    if key not in _SEEN and not K.INTERPRET and not torch.cuda.is_current_stream_capturing():
+    warm = (h, inter, gate_up.dtype, pdl)
+    if warm not in _WARM and not K.INTERPRET and not torch.cuda.is_current_stream_capturing():
         for c in fitting(inter):  # compiled now, not while the step tuner captures a graph
             _mlp.warmup(*args, inter // c[0], BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, num_warps=c[1],
                         grid=(1,), **K._launch(pdl))
-    _SEEN.add(key)
+        _WARM.add(warm)
+    _USED.add(key)
     progs = per_sm if K.INTERPRET else _sms(x.device) * per_sm  # the interpreter: as many programs as per_sm says
     _mlp[(progs,)](*args, inter // bj, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, num_warps=warps,
                    **K._launch(pdl))
 
 
 def retune_in_step(capture, state: list, reps: int = 30) -> None:
-    """Each fused-MLP shape the step ran with, its candidates (that divide its intermediate size) timed in the whole
-    step (timing.fastest_in_step, as kernels.retune_in_step does the GEMV tiles), the fastest kept."""
+    """Each fused-MLP shape the step launches (one capture first, as kernels.retune_in_step finds its shapes), its
+    candidates timed in the whole step (timing.fastest_in_step, as the GEMV tiles are), the fastest kept."""
     from floorline import timing
 
     global last_step_tuning
     last_step_tuning = {}
-    for key in list(_SEEN):
+    _USED.clear()
+    graph = capture()  # which shapes this step launches (not another model's earlier in the process)
+    del graph
+    for key in sorted(_USED):
         use = lambda c, key=key: _CHOICE.__setitem__(key, c)  # noqa: E731
         times = timing.fastest_in_step(fitting(key[1]), use, capture, state, reps)
         last_step_tuning[f"{key[1]}x{key[0]} mlp"] = {f"bj{c[0]} w{c[1]} x{c[2]}": round(t, 4)
                                                       for c, t in times.items()}
-

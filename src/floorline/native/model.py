@@ -35,6 +35,11 @@ class NativeModel:
         # (the tensor-parallel subclass has its own step)
         self.fused_mlp = (M.enabled() and type(self) is NativeModel
                           and not hasattr(hf.model.layers[0].mlp.down_proj, "words"))
+        if self.fused_mlp and K.PROBE_NO_WAIT & {"gate_up", "down"}:  # kernels this step does not launch
+            from floorline.errors import UserError
+
+            raise UserError("FLOORLINE_PROBE_NO_WAIT: gate_up and down are one kernel here (the fused MLP): name mlp, "
+                            "or set FLOORLINE_FUSED_MLP=0")
         dev = next(hf.parameters()).device
         self.embed = hf.model.embed_tokens.weight
         self.final_norm = hf.model.norm.weight.float()  # norms in fp32 (tiny): the int4 CUDA GEMV reads them so

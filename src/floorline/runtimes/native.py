@@ -59,14 +59,14 @@ class Native(Runtime):
         t0 = time.perf_counter()
         self.graph = capture_graph(self.net.step, self.prepare_tokens)
         int4 = int4_cuda.STEP_TUNE and int4_cuda._RANKED
-        if int4 or K.STEP_TUNE or self.net.fused_mlp:  # launch configs and tiles re-timed inside the step itself
+        if int4 or K.STEP_TUNE:  # launch configs and tiles re-timed inside the step itself
             self.graph = None
             capture, state = (lambda: capture_graph(self.net.step, 0)), [self.net.tok, self.net.pos]
             if int4:
                 int4_cuda.retune_in_step(capture, state)
             if K.STEP_TUNE:
                 K.retune_in_step(capture, state)
-            if self.net.fused_mlp:
+            if K.STEP_TUNE and self.net.fused_mlp:  # (FLOORLINE_TRITON_STEP_TUNE=0: its first candidate)
                 M.retune_in_step(capture, state)
             self.graph = capture_graph(self.net.step, 0)
         self.prepare_s = time.perf_counter() - t0
