@@ -44,18 +44,20 @@ def constants(bn, bk, ahead, pro=1, glu=0, acc=0, split=1, bias=0, stages=0, int
                 SPLIT=split, AHEAD=ahead)
 
 
-def compiled(gemv, const: dict, warps: int):
-    """`gemv` (a kernels._gemv) compiled for sm_90 with these constexprs: Triton's CompiledKernel."""
+def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("N", "K", "KW"),
+             divisible=("N", "K", "KW")):
+    """`kernel` (a kernels._gemv, or another: its pointer types and int arguments given) compiled for sm_90 with
+    these constexprs, pointers and `divisible` ints specialised as divisible by 16: Triton's CompiledKernel."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    names = list(gemv.arg_names)
-    pointers = {**POINTERS, "W": "*i32"} if const.get("INT4") else POINTERS  # int4: the words of 8 codes
-    sig = {n: pointers.get(n, "i32" if n in ("N", "K", "KW") else "fp32" if n == "eps" else "constexpr")
-           for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*POINTERS, "N", "K", "KW")}
-    src = ASTSource(fn=gemv, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
+    names = list(kernel.arg_names)
+    if const.get("INT4"):  # int4: the words of 8 codes
+        pointers = {**pointers, "W": "*i32"}
+    sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n == "eps" else "constexpr") for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *divisible)}
+    src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
 
 
@@ -75,9 +77,9 @@ def cuobjdump(cubin: bytes, what: str = "-sass") -> str:
                               check=True).stdout
 
 
-def sass(gemv, const: dict, warps: int) -> str:
+def sass(kernel, const: dict, warps: int, **kw) -> str:
     """The SASS of `compiled`, without the headers that name the module (so two modules' code compares)."""
-    out = cuobjdump(compiled(gemv, const, warps).asm["cubin"])
+    out = cuobjdump(compiled(kernel, const, warps, **kw).asm["cubin"])
     return "\n".join(ln for ln in out.splitlines() if "Function" not in ln and "code for" not in ln)
 
 
@@ -88,20 +90,15 @@ def summary(code: str) -> dict:
             "barriers": code.count("BAR.SYNC")}
 
 
+MLP_POINTERS = dict(WGU="*bf16", WDT="*bf16", X="*fp32", NW="*fp32", XO="*fp32", XZ="*fp32")
+
+
 def mlp_sass(fn, bj: int, warps: int, hidden: int, pdl: int) -> str:
     """The SASS of mlp._mlp (or a revision's) for sm_90, as `sass` gives the GEMV's."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    names = list(fn.arg_names)
-    ptrs = dict(WGU="*bf16", WDT="*bf16", X="*fp32", NW="*fp32", XO="*fp32", XZ="*fp32")
-    sig = {n: ptrs.get(n, "i32" if n in ("H", "I", "TILES") else "fp32" if n == "eps" else "constexpr") for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*ptrs, "H", "I")}
-    const = dict(BJ=bj, HP=triton.next_power_of_2(hidden), PDL=pdl)
-    src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
-    out = cuobjdump(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps)).asm["cubin"])
-    return "\n".join(ln for ln in out.splitlines() if "Function" not in ln and "code for" not in ln)
+    return sass(fn, dict(BJ=bj, HP=triton.next_power_of_2(hidden), PDL=pdl), warps, pointers=MLP_POINTERS,
+                ints=("H", "I", "TILES"), divisible=("H", "I"))
 
 
 def residency(regs: int, shared: int, warps: int) -> int:

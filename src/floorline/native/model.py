@@ -79,7 +79,8 @@ class NativeModel:
         self.xs = torch.zeros(3 if self.fused_mlp else 1, self.hidden, **f32)
         self.x = self.xs[0]
         self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
-        self.act = torch.zeros(inter, **f32)  # silu(gate) * up, from the gate_up GEMV's epilogue
+        # silu(gate) * up, from the gate_up GEMV's epilogue (the fused MLP keeps it in registers)
+        self.act = None if self.fused_mlp else torch.zeros(inter, **f32)
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.next_state = K.next_token_state(dev) if self.ops == "triton" else None
         self.attn = (K.AttnScratch(h, kv, d, self.max_len, dev, dtype=self.embed.dtype) if self.ops == "triton"
@@ -125,7 +126,7 @@ class NativeModel:
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
         """One token: self.tok at self.pos in, the next token and position out, all on the device, in place."""
-        x, xs = self.x, self.xs
+        x, xs = self.x, self.xs  # layer i reads xs[i % len(xs)]: one buffer, or the fused MLP's three in turn
         if self.ops == "triton":  # a PDL launch: the first q/k/v GEMV's programs load weights while it runs
             K.tri_embed(self.embed, self.tok, x, zero_next=self.fused_mlp)
         else:
@@ -133,8 +134,7 @@ class NativeModel:
             if self.fused_mlp:
                 xs[1].zero_()
         for i, lay in enumerate(self.layers):
-            if self.fused_mlp:
-                x = xs[i % 3]
+            x = xs[i % len(xs)]
             self._qkv(lay, x)
             a = self._attention(i)
             self._gemv(lay["o"], a, x, residual=x, kind="o")  # x += o(a), in place (split-K where it pays)
@@ -144,8 +144,7 @@ class NativeModel:
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True,
                        kind="gate_up")
             self._gemv(lay["down"], self.act, x, residual=x, kind="down")
-        if self.fused_mlp:
-            x = xs[len(self.layers) % 3]
+        x = xs[len(self.layers) % len(xs)]
         self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm, kind="lm_head")
         if self.ops == "triton":
             K.tri_next_token(self.logits, self.tok, self.pos, self.next_state)
