@@ -517,3 +517,65 @@ def test_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
         err = ((out - want).norm() / want.norm()).item()
         print(f"fused mlp {hidden}x{inter} {c}: rel err vs torch {err:.2e}")
         assert err < 1e-4 and torch.equal(x, x0) and not zero.any(), c
+
+
+@pytest.mark.parametrize("with_o", [False, True])
+@pytest.mark.parametrize("hidden, inter, rows, bias", [(3584, 18944, 4608, True), (4096, 14336, 6144, False)])
+def test_fused_mlp_computes_o_and_the_next_qkv_behind_its_grid_barriers(hidden, inter, rows, bias, with_o):
+    """mlp.tri_mlp with the next layer's q/k/v (FLOORLINE_FUSED_QKV) and with_o this layer's o first
+    (FLOORLINE_FUSED_O) at qwen2.5-7b's (with its q/k/v bias) and llama-3.1-8b's shapes: every candidate three times
+    in a row (the barriers' generations), then 20 replays of a CUDA graph launched with PDL as the step launches it;
+    each time x (+ o), the new residual, the zeroed buffer and q/k/v against the fp32 references. The step's first
+    candidate runs fused (its programs fit an SM together); the barrier's count is back at 0 after every launch."""
+    from floorline.native import kernels as K
+    from floorline.native import mlp as M
+
+    g = torch.Generator("cuda").manual_seed(6)
+    gate_up = (torch.randn(2 * inter, hidden, device="cuda", generator=g) * 0.02).bfloat16()
+    down_t = (torch.randn(inter, hidden, device="cuda", generator=g) * 0.02).bfloat16()
+    wq = (torch.randn(rows, hidden, device="cuda", generator=g) * 0.02).bfloat16()
+    wo = (torch.randn(hidden, hidden, device="cuda", generator=g) * 0.02).bfloat16()
+    bq = torch.randn(rows, device="cuda", generator=g) if bias else None
+    norm_w, nq = (torch.rand(hidden, device="cuda", generator=g) + 0.5 for _ in range(2))
+    x0, a = (torch.randn(hidden, device="cuda", generator=g) for _ in range(2))
+    x1 = x0 + wo.float() @ a if with_o else x0
+    want = M.ref_mlp(gate_up, down_t, x1, norm_w, 1e-6)
+    qwant = K.ref_gemv(wq, want, pro=K.PRO_RMSNORM, norm_w=nq, eps=1e-6, bias=bq)
+    sync = M.sync_words("cuda")
+    x, out, zero, q = (torch.empty(n, device="cuda") for n in (hidden, hidden, hidden, rows))
+    o = (wo, a) if with_o else None
+
+    def fill():
+        x.copy_(x0), out.zero_(), zero.fill_(1.0), q.fill_(float("nan"))
+
+    def check(what):
+        torch.cuda.synchronize()
+        errs = [((u - v).norm() / v.norm()).item() for u, v in ((x, x1), (out, want), (q, qwant))]
+        assert max(errs) < 1e-4 and not zero.any() and int(sync[0]) == 0, (what, errs)
+        return errs
+
+    def fused(c):
+        return [v for k, v in M._FITS.items() if k[:2] == (hidden, inter) and k[4] and k[6] == with_o and k[-3:] == c]
+
+    for c in M.CANDIDATES:
+        for rep in range(3):
+            fill()
+            M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=c, qkv=M.NextQKV(wq, bq, nq, q), o=o,
+                      sync=sync)
+            errs = check((c, rep))
+        print(f"mlp + next qkv, o {with_o}, {hidden}x{inter} {c} fused={fused(c)}: rel err vs torch x "
+              f"{errs[0]:.2e}, out {errs[1]:.2e}, qkv {errs[2]:.2e}")
+    assert fused(M.CANDIDATES[0]) == [True]
+    gen = int(sync[32])
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(graph, stream=s):
+            fill()
+            M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, qkv=M.NextQKV(wq, bq, nq, q), o=o, sync=sync)
+    torch.cuda.current_stream().wait_stream(s)
+    for rep in range(20):
+        graph.replay()
+        check(("graph", rep))
+    assert int(sync[32]) == gen + 20 * (2 if with_o else 1)  # one generation a barrier: every replay passed them
