@@ -42,6 +42,7 @@
 #     final-s12  session 12's sources: step-end GPU tests, native records, agreement with HF at ctx 256
 #     final-s14  session 14's sources: native bf16 records, graph replays, agreement at ctx 256, explain, int4 records
 #     final-s16  session 16's: final-s14 after the fused MLP's GPU tests
+#     final-s17  session 17's: final-s14 after the GPU tests of the fused MLP and its o and q/k/v phases
 #     final-s13  session 13's sources: native bf16 records, graph replays, agreement with HF at ctx 256, int4 records
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
@@ -268,13 +269,15 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
-    final-s13|final-s14|final-s16)  # issue #14, session 13's, 14's and 16's sources in one call (FINAL_BUDGET s,
-                # default 520 / 540 / 560): (final-s16) the fused MLP's GPU tests, the native bf16 records
+    final-s13|final-s14|final-s16|final-s17)  # issue #14, session 13's, 14's, 16's and 17's sources in one call
+                # (FINAL_BUDGET s, default 520 / 540 / 560 / 560): (final-s16) the fused MLP's GPU tests, (final-s17)
+                # the fused MLP with its o and q/k/v phases' GPU tests, the native bf16 records
                 # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's
                 # graph replays against the torch-reference step, native against HF fp32 at ctx 256, (final-s14)
                 # explain of native bf16 (qwen2.5-7b ctx 2048), int4 records, each as the budget allows
       budget=${FINAL_BUDGET:-$(case $stage in final-s13) echo 520;; final-s14) echo 540;; *) echo 560;; esac)}
       [ $stage = final-s16 ] && gpu_pytest 120 mlp fused_mlp
+      [ $stage = final-s17 ] && gpu_pytest 200 mlp "fused_mlp or computes_o_and_the_next_qkv"
       bf16_records
       show_records "$OUT/native_bf16.jsonl"
       gpu_pytest_left 60 replays replays_real_tokens
