@@ -56,7 +56,7 @@ def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("
     if const.get("INT4"):  # int4: the words of 8 codes
         pointers = {**pointers, "W": "*i32"}
     sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n == "eps" else "constexpr") for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *divisible) if n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *divisible)}
     src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
 
@@ -90,27 +90,15 @@ def summary(code: str) -> dict:
             "barriers": code.count("BAR.SYNC")}
 
 
-MLP_POINTERS = dict(WGU="*bf16", WDT="*bf16", X="*fp32", NW="*fp32", XO="*fp32", XZ="*fp32", WQ="*bf16", QNW="*fp32",
-                    QB="*fp32", QY="*fp32", SYNC="*i32", WO="*bf16", A="*fp32")
+MLP_POINTERS = dict(WGU="*bf16", WDT="*bf16", X="*fp32", NW="*fp32", XO="*fp32", XZ="*fp32")
 
 
-def mlp_sass(fn, bj: int, warps: int, hidden: int, pdl: int, qkv: tuple | None = None, bias: int = 0,
-             o: bool = False, what: str = "-sass") -> str:
-    """The SASS of mlp._mlp (or a revision's) for sm_90, as `sass` gives the GEMV's; qkv=(PRE, BQ): with the next
-    layer's q/k/v phase (and its bias), o: with this layer's o phase first (K = hidden); what="-res-usage":
-    cuobjdump's registers and stack instead."""
+def mlp_sass(fn, bj: int, warps: int, hidden: int, pdl: int) -> str:
+    """The SASS of mlp._mlp (or a revision's) for sm_90, as `sass` gives the GEMV's."""
     import triton
 
-    hp = triton.next_power_of_2(hidden)
-    const = dict(BJ=bj, HP=hp, PDL=pdl)
-    if qkv:
-        const.update(QKV=1, PRE=qkv[0], BQ=qkv[1], HAS_QB=bias, QR=64)
-    if o:
-        const.update(O=1, KOP=hp, PRE=(qkv or (16, 8))[0], BQ=(qkv or (16, 8))[1])
-    kw = dict(pointers=MLP_POINTERS, ints=("H", "I", "TILES", "NQ", "KO"), divisible=("H", "I", "KO"))
-    if what != "-sass":
-        return cuobjdump(compiled(fn, const, warps, **kw).asm["cubin"], what)
-    return sass(fn, const, warps, **kw)
+    return sass(fn, dict(BJ=bj, HP=triton.next_power_of_2(hidden), PDL=pdl), warps, pointers=MLP_POINTERS,
+                ints=("H", "I", "TILES"), divisible=("H", "I"))
 
 
 def residency(regs: int, shared: int, warps: int) -> int:

@@ -42,7 +42,6 @@
 #     final-s12  session 12's sources: step-end GPU tests, native records, agreement with HF at ctx 256
 #     final-s14  session 14's sources: native bf16 records, graph replays, agreement at ctx 256, explain, int4 records
 #     final-s16  session 16's: final-s14 after the fused MLP's GPU tests
-#     final-s17  session 17's: final-s14 after the GPU tests of the fused MLP and its o and q/k/v phases
 #     final-s13  session 13's sources: native bf16 records, graph replays, agreement with HF at ctx 256, int4 records
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
@@ -56,8 +55,6 @@
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     fused-mlp  each MLP one kernel split over the intermediate rows (FLOORLINE_FUSED_MLP): GPU tests, the kernel
 #                alone against gate_up + down, then native bf16 ctx 2048 off / on, one process a cell
-#     fused-qkv  each layer's q/k/v in the previous MLP's kernel (FLOORLINE_FUSED_QKV), its o in its own
-#                (FLOORLINE_FUSED_O): GPU tests, then native bf16 ctx 2048 per side, one process a cell
 #     boundaries what each kernel boundary costs the native bf16 step (FLOORLINE_PROBE_NO_WAIT), one process a cell
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -269,15 +266,13 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
-    final-s13|final-s14|final-s16|final-s17)  # issue #14, session 13's, 14's, 16's and 17's sources in one call
-                # (FINAL_BUDGET s, default 520 / 540 / 560 / 560): (final-s16) the fused MLP's GPU tests, (final-s17)
-                # the fused MLP with its o and q/k/v phases' GPU tests, the native bf16 records
+    final-s13|final-s14|final-s16)  # issue #14, session 13's, 14's and 16's sources in one call (FINAL_BUDGET s,
+                # default 520 / 540 / 560): (final-s16) the fused MLP's GPU tests, the native bf16 records
                 # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's
                 # graph replays against the torch-reference step, native against HF fp32 at ctx 256, (final-s14)
                 # explain of native bf16 (qwen2.5-7b ctx 2048), int4 records, each as the budget allows
       budget=${FINAL_BUDGET:-$(case $stage in final-s13) echo 520;; final-s14) echo 540;; *) echo 560;; esac)}
       [ $stage = final-s16 ] && gpu_pytest 120 mlp fused_mlp
-      [ $stage = final-s17 ] && gpu_pytest 200 mlp "fused_mlp or computes_o_and_the_next_qkv"
       bf16_records
       show_records "$OUT/native_bf16.jsonl"
       gpu_pytest_left 60 replays replays_real_tokens
@@ -422,29 +417,6 @@ PY
         done
         echo "$line ms"
       done ;;
-    fused-qkv)  # issue #14, session 17: the MLP kernel computing the next layer's q/k/v (FLOORLINE_FUSED_QKV) and its
-                # own layer's o first (FLOORLINE_FUSED_O), each behind a grid barrier, their first rows requested
-                # before it: the kernel's GPU tests (both models' shapes, every candidate, graph replays), then native
-                # bf16 ctx 2048 one process a cell for each side of QKV_SIDES ("qkv,o" pairs; default 0,0 1,0 1,1)
-                # and model of QKV_MODELS while less than QKV_BUDGET s (default 520) have gone, then the runtime's
-                # replays against the torch-reference step if time is left
-      budget=${QKV_BUDGET:-520}
-      gpu_pytest 220 qkv computes_o_and_the_next_qkv
-      for m in ${QKV_MODELS:-qwen2.5-7b llama-3.1-8b}; do
-        line="$m ctx 2048:"
-        for side in ${QKV_SIDES:-0,0 1,0 1,1}; do
-          [ $(left) -lt 70 ] && break
-          IFS=, read -r fq fo <<< "$side"
-          rm -f "$OUT/cell.jsonl"
-          FLOORLINE_FUSED_QKV=$fq FLOORLINE_FUSED_O=$fo timeout $(( $(left) - 5 )) python3 -m floorline run \
-            --model $m --ctx 2048 --mode native --output "$OUT/cell.jsonl" >> "$OUT/qkv.log" 2>&1 \
-            || echo "($m qkv,o $side: rc $?)"
-          line="$line | qkv,o $side $(medians "$OUT/cell.jsonl")"
-          cat "$OUT/cell.jsonl" >> "$OUT/qkv_$m.jsonl" 2>/dev/null
-        done
-        echo "$line ms"
-      done
-      gpu_pytest_left 60 replays replays_real_tokens ;;
     boundaries)  # issue #14: what each kernel boundary costs the native bf16 step -- one process a cell with
                  # FLOORLINE_PROBE_NO_WAIT=kind (that kind of kernel never waits on the one before it: wrong tokens,
                  # the step's time without that boundary's dependency), the tiles from the autotuner alone

@@ -1,8 +1,6 @@
 """The fused MLP (native/mlp.py; the default, FLOORLINE_FUSED_MLP=0 turns it off): its kernel under Triton's
 interpreter against the torch reference, and the native model with it against HF in fp32 (the three residual buffers
-in turn, step after step); the next layer's q/k/v computed by the same kernel (FLOORLINE_FUSED_QKV): its phase
-against the GEMV's reference, the step with it and without it against HF, and the machine code of the grid barrier
-(the interpreter runs programs one after another and cannot run the barrier itself: test_gpu_native.py does)."""
+in turn, step after step)."""
 
 from __future__ import annotations
 
@@ -41,35 +39,29 @@ def test_fused_mlp_matches_its_reference_and_zeroes_the_next_buffer(hidden, inte
     assert _rel(two, want) < 1e-5
 
 
-def _sass_ops(body: str):
-    """The JSON that `body` prints, run in a fresh process that compiles for sm_90 (Triton's ptxas and cuobjdump, no
-    GPU: scripts/gemv_sass.py), with json, re, gemv_sass and floorline.native.mlp imported (not under the
-    interpreter, which conftest sets for this process). Skips without a bundled cuobjdump."""
+def test_the_fused_mlp_touches_activations_only_after_its_wait():
+    """The sm_90 SASS (compiled here, no GPU: Triton's ptxas and cuobjdump, scripts/gemv_sass.py) of the step's
+    candidate: before griddepcontrol.wait (ACQBULK) only the weights' evict-first loads; x, the zeroing store and the
+    atomic add after it (the interpreter runs without programmatic dependent launch: no test on the CPU sees a load
+    of x moved above the wait otherwise)."""
     import json
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    if not load_script("gemv_sass").cuobjdump_tool().exists():
+    gemv_sass = load_script("gemv_sass")
+    if not gemv_sass.cuobjdump_tool().exists():
         pytest.skip("this Triton build has no bundled cuobjdump")
     root = Path(__file__).resolve().parents[1]
     code = (f"import json, re, sys; sys.path[:0] = [{str(root / 'scripts')!r}, {str(root / 'src')!r}]\n"
-            "import gemv_sass; from floorline.native import mlp\n" + body)
+            "import gemv_sass; from floorline.native import mlp\n"
+            "before, after = gemv_sass.mlp_sass(mlp._mlp, *mlp.CANDIDATES[0][:2], 3584, 3).split('ACQBULK', 1)\n"
+            "ops = lambda t: sorted(set(re.findall(r'\\b(?:LDG|STG|REDG?|ATOMG?)[.\\w]*', t)))\n"
+            "print(json.dumps([ops(before), ops(after)]))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.splitlines()[-1])
-
-
-def test_the_fused_mlp_touches_activations_only_after_its_wait():
-    """The sm_90 SASS (compiled here, no GPU: Triton's ptxas and cuobjdump, scripts/gemv_sass.py) of the step's
-    candidate: before griddepcontrol.wait (ACQBULK) only the weights' evict-first loads; x, the zeroing store and the
-    atomic add after it (the interpreter runs without programmatic dependent launch: no test on the CPU sees a load
-    of x moved above the wait otherwise)."""
-    before, after = _sass_ops("before, after = gemv_sass.mlp_sass(mlp._mlp, *mlp.CANDIDATES[0][:2], 3584, 3)"
-                              ".split('ACQBULK', 1)\n"
-                              "ops = lambda t: sorted(set(re.findall(r'\\b(?:LDG|STG|REDG?|ATOMG?)[.\\w]*', t)))\n"
-                              "print(json.dumps([ops(before), ops(after)]))")
+    before, after = json.loads(out.splitlines()[-1])
     assert before == ["LDG.E.EF.128"], before
     assert {"LDG.E.128", "STG.E"} <= set(after) and any(op.startswith("REDG.E.ADD.F32x4") for op in after), after
 
@@ -160,116 +152,3 @@ def test_native_without_the_fused_mlp_matches_hf_in_fp32(name, ops, monkeypatch)
     net = NativeModel(models.build_random(zoo.ZOO[name], torch.device("cpu"), "fp32", seed=0), 64, ops=ops)
     assert not net.fused_mlp and net.xs.shape[0] == 1
     assert _compare_with_hf(name, ops) < 1e-5
-
-
-@interpreted
-@pytest.mark.parametrize("hidden, rows, bias", [
-    (48, 10, True),  # 3 programs of 3, 3, 4 rows: 2 requested early, the rest streamed a row a tile
-    (32, 2, False),  # fewer rows than programs: one program has none
-    (64, 24, True),
-])
-def test_the_qkv_phase_matches_the_gemv_reference(hidden, rows, bias):
-    w = _rand(rows, hidden, dtype=torch.bfloat16, scale=0.1)
-    b = _rand(rows) if bias else None
-    norm_w, x = _rand(hidden) + 1, _rand(hidden)
-    out = torch.full((rows,), float("nan"))
-    M.tri_qkv(M.NextQKV(w, b, norm_w, out), x, 1e-6)
-    want = K.ref_gemv(w, x, pro=K.PRO_RMSNORM, norm_w=norm_w, eps=1e-6, bias=b)
-    assert _rel(out, want) < 1e-5
-
-
-@interpreted
-@pytest.mark.parametrize("with_o, with_qkv", [(False, True), (True, False), (True, True)])
-def test_the_fused_mlp_also_computes_o_before_and_the_next_qkv_after(with_o, with_qkv):
-    """tri_mlp with this layer's o (x += W_o a first) and / or the next layer's q/k/v: out = x' + MLP(x') with x' =
-    x + W_o a (in x), zero zeroed, q/k/v = the GEMV reference of out (the interpreter: tri_rows before and after the
-    MLP). Without the barrier's words, a one-line error."""
-    hidden, inter, rows, k = 48, 12, 20, 40
-    gate_up = _rand(2 * inter, hidden, dtype=torch.bfloat16, scale=0.1)
-    down_t = _rand(inter, hidden, dtype=torch.bfloat16, scale=0.1)
-    norm_w, x = _rand(hidden) + 1, _rand(hidden)
-    wq, bq, nq = _rand(rows, hidden, dtype=torch.bfloat16, scale=0.1), _rand(rows), _rand(hidden) + 1
-    wo, a = _rand(hidden, k, dtype=torch.bfloat16, scale=0.1), _rand(k)
-    out, zero, q = torch.zeros(hidden), _rand(hidden), torch.full((rows,), float("nan"))
-    x1 = x + wo.float() @ a if with_o else x.clone()
-    M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=(2, 4, 2),
-              qkv=M.NextQKV(wq, bq, nq, q) if with_qkv else None, o=(wo, a) if with_o else None,
-              sync=M.sync_words("cpu"))
-    want = M.ref_mlp(gate_up, down_t, x1, norm_w, 1e-6)
-    assert _rel(x, x1) < 1e-6 and _rel(out, want) < 1e-5 and not zero.any()
-    if with_qkv:
-        assert _rel(q, K.ref_gemv(wq, want, pro=K.PRO_RMSNORM, norm_w=nq, eps=1e-6, bias=bq)) < 1e-5
-    with pytest.raises(ValueError, match="need the grid barrier's words: sync=sync_words"):
-        M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, qkv=M.NextQKV(wq, None, nq, q))
-    with pytest.raises(ValueError, match=r"NextQKV: a contiguous \(rows, 48\) matrix"):
-        M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, qkv=M.NextQKV(wq.t(), None, nq, q),
-                  sync=M.sync_words("cpu"))
-
-
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
-@pytest.mark.parametrize("qkv, o", [("1", "0"), ("0", "0"), ("1", "1"), ("0", "1")])
-def test_the_step_computes_qkv_and_o_in_the_mlp_kernel_as_switched(name, qkv, o, monkeypatch):
-    """FLOORLINE_FUSED_QKV (default 1): layers past the first get their q/k/v from the previous MLP's kernel;
-    FLOORLINE_FUSED_O (default 0): each layer's o from its own MLP's kernel. Every combination matches HF in fp32
-    (qwen2: the q/k/v bias too); a bad value is a one-line error; the boundary probe cannot name a kernel the step
-    does not launch."""
-    if not K.INTERPRET:
-        pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1; on a GPU: test_gpu_native.py")
-    from floorline import models, zoo
-    from floorline.native.model import NativeModel
-
-    monkeypatch.setenv("FLOORLINE_FUSED_QKV", qkv)
-    monkeypatch.setenv("FLOORLINE_FUSED_O", o)
-    net = NativeModel(models.build_random(zoo.ZOO[name], torch.device("cpu"), "fp32", seed=0), 64, ops="triton")
-    assert (net.fused_qkv, net.fused_o) == (qkv == "1", o == "1")
-    assert (net.sync is not None) == (net.fused_qkv or net.fused_o)
-    assert _compare_with_hf(name, "triton") < 1e-5
-    if (qkv, o) == ("1", "0"):
-        assert _compare_with_hf(name, "torch") < 1e-5
-    m = models.build_random(zoo.ZOO[name], torch.device("cpu"), "fp32", seed=0)
-    for kind, on, var in (("qkv", qkv, "FLOORLINE_FUSED_QKV"), ("o", o, "FLOORLINE_FUSED_O")):
-        monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({kind}))
-        if on == "1":
-            with pytest.raises(UserError, match=f"{kind} is computed by the MLP kernel here: name mlp, or set {var}=0"):
-                NativeModel(m, 64, ops="torch")
-        else:
-            NativeModel(m, 64, ops="torch")
-    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset())
-    for var, fn in (("FLOORLINE_FUSED_QKV", M.qkv_enabled), ("FLOORLINE_FUSED_O", M.o_enabled)):
-        monkeypatch.setenv(var, "on")
-        with pytest.raises(UserError, match=f"{var}='on': use 0 or 1"):
-            fn()
-
-
-@pytest.mark.parametrize("with_o", [False, True])
-def test_the_grid_barriers_order_the_adds_before_the_reads(with_o):
-    """The sm_90 SASS of the step's candidate with the q/k/v phase (and with_o the o phase first), compiled here (no
-    GPU): only weights (evict-first) before griddepcontrol.wait; each barrier's arrival a fenced atomic (MEMBAR
-    before ATOMG) after every add it must publish (o's rows into x; the MLP's adds into the next residual and the
-    bias stores); the last program's release (MEMBAR, then its add to the generation); the others' acquire poll (a
-    strong load, then CCTL.IVALL); and only after that the vector the next phase reads whole (L2 only:
-    .STRONG.GPU); the q/k/v weights requested before the MLP's adds. Moving a barrier, the bias or a load across
-    another changes this order."""
-    ops = _sass_ops("c = mlp.CANDIDATES[0]\n"
-                    f"sass = gemv_sass.mlp_sass(mlp._mlp, c[0], c[1], 3584, 3, qkv=mlp.q_tiles(c[1], 4096), bias=1, "
-                    f"o={with_o})\n"
-                    "print(json.dumps(re.findall(r'\\b(?:LDG|STG|REDG?|ATOMG?|MEMBAR|CCTL|ACQBULK)[.\\w]*', sass)))")
-    wait = ops.index("ACQBULK")
-    assert set(ops[:wait]) == {"LDG.E.EF.128"} and len(ops[:wait]) >= 12, ops[:wait]
-    arrivals = [i for i, op in enumerate(ops) if op == "ATOMG.E.ADD.STRONG.GPU"]
-    releases = [i for i, op in enumerate(ops) if op == "REDG.E.ADD.STRONG.GPU"]  # the last program's generation add
-    assert len(arrivals) == len(releases) == 1 + with_o, ops
-    strong = [i for i, op in enumerate(ops) if op == "LDG.E.128.STRONG.GPU"]  # a vector read whole, L2 only
-    row_adds = [i for i, op in enumerate(ops) if op.startswith("REDG.E.ADD.F32.")]  # o's rows, then q/k/v's sums
-    mlp_adds = [i for i, op in enumerate(ops) if op.startswith("REDG.E.ADD.F32x4")]
-    for arrive, release in zip(arrivals, releases):
-        poll = ops.index("CCTL.IVALL", release)
-        assert ops[arrive - 1] == ops[release - 1] == "MEMBAR.ALL.GPU" and ops[poll - 1] == "LDG.E.STRONG.GPU"
-        assert arrive < release < poll < min(i for i in strong if i > release), ops[arrive:]
-    last = arrivals[-1]  # the q/k/v barrier: after the MLP's adds and the bias stores, before the sums
-    assert max(mlp_adds) < max(i for i in range(max(mlp_adds), last) if ops[i] == "STG.E") < last
-    assert min(i for i in row_adds if i > last) > ops.index("CCTL.IVALL", releases[-1])
-    early = [i for i in range(wait, min(mlp_adds)) if ops[i] == "LDG.E.EF.128"]
-    assert len(early) >= 12 + 16, ops[wait:min(mlp_adds)]  # the MLP's next tiles, then the q/k/v rows
-    if with_o:  # o's rows added into x before the first arrival, the MLP's x read after it
-        assert wait < min(row_adds) and max(i for i in row_adds if i < arrivals[0]) < arrivals[0] < min(mlp_adds)

@@ -324,8 +324,7 @@ def cmd_explain(args) -> int:
                                 f"top kernels, {r['mode']} ctx {r['ctx']}"))
         if r.get("kernels_by_slot") and r["device"] != "cpu":  # (the CPU's aten ops: dozens, little to learn)
             out.print(display.table(display.SLOT_HEADER, display.slot_rows(r),
-                                    f"by place in the layer (native: _gemv 1/1 o, q/k/v in the MLP kernel, "
-                                    f"_rows_first layer 0's; FLOORLINE_FUSED_QKV=0: 1/2 q/k/v, 2/2 o; "
+                                    f"by place in the layer (native: 1/2 q/k/v, 2/2 o, the MLP its own kernel; or "
                                     f"FLOORLINE_FUSED_MLP=0: 1/4 q/k/v, 2/4 o, 3/4 gate_up, 4/4 down; "
                                     f"after: lm_head), {r['mode']} ctx {r['ctx']}"))
     d = Path(args.out)

@@ -40,17 +40,6 @@ class NativeModel:
 
             raise UserError("FLOORLINE_PROBE_NO_WAIT: gate_up and down are one kernel here (the fused MLP): name mlp, "
                             "or set FLOORLINE_FUSED_MLP=0")
-        # each layer's q/k/v (but the first's) computed by the previous MLP's kernel (mlp.py; FLOORLINE_FUSED_QKV=0:
-        # its own GEMV)
-        self.fused_qkv = self.fused_mlp and M.qkv_enabled()
-        # and each layer's o by its own MLP's kernel (FLOORLINE_FUSED_O=1)
-        self.fused_o = self.fused_mlp and M.o_enabled()
-        for kind, on, var in (("qkv", self.fused_qkv, "FLOORLINE_FUSED_QKV"), ("o", self.fused_o, "FLOORLINE_FUSED_O")):
-            if on and kind in K.PROBE_NO_WAIT:
-                from floorline.errors import UserError
-
-                raise UserError(f"FLOORLINE_PROBE_NO_WAIT: {kind} is computed by the MLP kernel here: name mlp, or "
-                                f"set {var}=0")
         dev = next(hf.parameters()).device
         self.embed = hf.model.embed_tokens.weight
         self.final_norm = hf.model.norm.weight.float()  # norms in fp32 (tiny): the int4 CUDA GEMV reads them so
@@ -99,7 +88,6 @@ class NativeModel:
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
-        self.sync = M.sync_words(dev) if self.fused_qkv or self.fused_o else None  # the MLP kernel's grid barrier
 
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, kind="", **kw):
@@ -122,27 +110,16 @@ class NativeModel:
             self.qkv.zero_()
         return out
 
-    def _mlp(self, lay: dict, x, out, zero, nxt: dict | None = None, a=None) -> None:
-        """out (zeros) = x + the layer's MLP of x; zero = 0 (mlp.py); with nxt, also that layer's q/k/v of out; with
-        a (the attention's output), first x += o(a)."""
+    def _mlp(self, lay: dict, x, out, zero) -> None:
+        """out (zeros) = x + the layer's MLP of x; zero = 0 (mlp.py)."""
         if self.ops == "triton":
-            q = M.NextQKV(nxt["qkv"]["w"], nxt["qkv_bias"], nxt["attn_norm"], self.qkv) if nxt else None
-            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps, qkv=q,
-                      o=(lay["o"]["w"], a) if a is not None else None, sync=self.sync)
+            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps)
         else:
-            if a is not None:
-                self._gemv(lay["o"], a, x, residual=x, kind="o")
             out.add_(M.ref_mlp(lay["gate_up"]["w"], lay["down_t"], x, lay["ffn_norm"], self.eps))
             zero.zero_()
-            if nxt:
-                self._qkv(nxt, out)
 
     def _qkv(self, lay: dict, x) -> None:
-        """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed). With the
-        q/k/v fused into the MLP kernel, the first layer's runs as that kernel's q/k/v phase alone (mlp.tri_qkv)."""
-        if self.fused_qkv and self.ops == "triton":
-            M.tri_qkv(M.NextQKV(lay["qkv"]["w"], lay["qkv_bias"], lay["attn_norm"], self.qkv), x, self.eps)
-            return
+        """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed)."""
         self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
                    residual=self.qkv if self.qkv_acc else None, kind="qkv")
 
@@ -158,14 +135,11 @@ class NativeModel:
                 xs[1].zero_()
         for i, lay in enumerate(self.layers):
             x = xs[i % len(xs)]
-            if i == 0 or not self.fused_qkv:
-                self._qkv(lay, x)
+            self._qkv(lay, x)
             a = self._attention(i)
-            if not self.fused_o:
-                self._gemv(lay["o"], a, x, residual=x, kind="o")  # x += o(a), in place (split-K where it pays)
+            self._gemv(lay["o"], a, x, residual=x, kind="o")  # x += o(a), in place (split-K where it pays)
             if self.fused_mlp:  # into the next buffer (zeroed), the one after it zeroed for the next layer
-                nxt = self.layers[i + 1] if self.fused_qkv and i + 1 < len(self.layers) else None
-                self._mlp(lay, x, xs[(i + 1) % 3], xs[(i + 2) % 3], nxt, a if self.fused_o else None)
+                self._mlp(lay, x, xs[(i + 1) % 3], xs[(i + 2) % 3])
                 continue
             self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True,
                        kind="gate_up")
