@@ -41,7 +41,7 @@
 #     tiles      session 12's: every bf16 GEMV tile of the autotuner against its reference on the GPU
 #     final-s12  session 12's sources: step-end GPU tests, native records, agreement with HF at ctx 256
 #     final-s14  session 14's sources: native bf16 records, graph replays, agreement at ctx 256, explain, int4 records
-#     final-s16  session 16's: final-s14 after the fused MLP's GPU tests
+#     final-s16, final-s18  session 16's and 18's: final-s14 after the fused MLP's GPU tests
 #     final-s13  session 13's sources: native bf16 records, graph replays, agreement with HF at ctx 256, int4 records
 #     final-s10  session 10's: attention GPU tests, records with the split merge beside the old one, ctx-16384 agreement
 #     final-last  the int4 GEMV's SASS order test, llama-3.1-8b's int4 kernel rows, explain of native int4 (time-boxed)
@@ -55,6 +55,7 @@
 #     attn-step  the attention chunk swept inside the native step (FLOORLINE_ATTN_CHUNK), ctx 2048 and 16384
 #     fused-mlp  each MLP one kernel split over the intermediate rows (FLOORLINE_FUSED_MLP): GPU tests, the kernel
 #                alone against gate_up + down, then native bf16 ctx 2048 off / on, one process a cell
+#     mlp-split  how the fused MLP shares its rows among programs (FLOORLINE_MLP_SPLIT): GPU tests, alone, A/B
 #     boundaries what each kernel boundary costs the native bf16 step (FLOORLINE_PROBE_NO_WAIT), one process a cell
 #     screen     the Triton tiles re-timed in the step x attention layouts, screened in one process a cell
 set -uo pipefail
@@ -266,13 +267,14 @@ for stage in "${stages[@]}"; do
         done
         echo "$cell:$meds ms"
       done ;;
-    final-s13|final-s14|final-s16)  # issue #14, session 13's, 14's and 16's sources in one call (FINAL_BUDGET s,
-                # default 520 / 540 / 560): (final-s16) the fused MLP's GPU tests, the native bf16 records
+    final-s13|final-s14|final-s16|final-s18)  # issue #14, session 13's, 14's, 16's and 18's sources in one call
+                # (FINAL_BUDGET s, default 520 / 540 / 560): (final-s16, -s18) the fused MLP's GPU tests, the
+                # native bf16 records
                 # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's
                 # graph replays against the torch-reference step, native against HF fp32 at ctx 256, (final-s14)
                 # explain of native bf16 (qwen2.5-7b ctx 2048), int4 records, each as the budget allows
       budget=${FINAL_BUDGET:-$(case $stage in final-s13) echo 520;; final-s14) echo 540;; *) echo 560;; esac)}
-      [ $stage = final-s16 ] && gpu_pytest 120 mlp fused_mlp
+      [ $stage = final-s16 ] || [ $stage = final-s18 ] && gpu_pytest 120 mlp fused_mlp
       bf16_records
       show_records "$OUT/native_bf16.jsonl"
       gpu_pytest_left 60 replays replays_real_tokens
@@ -414,6 +416,42 @@ PY
             line="$line $([ $f = 1 ] && echo on || echo off) $(medians "$OUT/cell.jsonl")"
             cat "$OUT/cell.jsonl" >> "$OUT/mlp_$m.jsonl" 2>/dev/null
           done
+        done
+        echo "$line ms"
+      done ;;
+    mlp-split)  # issue #14 (session 18): how the fused MLP shares its rows (FLOORLINE_MLP_SPLIT: rows, the
+                # default; tiles; strided): the GPU test of every candidate with rows and with strided, each candidate
+                # alone under each split (triton's do_bench median, eager launches: 0.4-0.5 GB of weights, past the
+                # L2), then native bf16 ctx 2048 one process a cell (SPLIT_CELLS "model:split,split..." override)
+      gpu_pytest 120 mlp fused_mlp
+      FLOORLINE_MLP_SPLIT=strided gpu_pytest 120 mlp_strided fused_mlp
+      python3 - <<'PY' 2>&1 | tee -a "$OUT/mlp_alone.log"
+import os, torch, triton
+from floorline.native import mlp as M
+for h, i in ((3584, 18944), (4096, 14336)):
+    g = torch.Generator("cuda").manual_seed(0)
+    gu = (torch.randn(2 * i, h, device="cuda", generator=g) * 0.02).bfloat16()
+    dt = (torch.randn(i, h, device="cuda", generator=g) * 0.02).bfloat16()
+    nw, x = torch.ones(h, device="cuda"), torch.randn(h, device="cuda", generator=g)
+    out, z = torch.zeros(h, device="cuda"), torch.zeros(h, device="cuda")
+    gb = 3 * i * h * 2 / 1e9
+    for c in M.fitting(i):
+        row = []
+        for split in M.SPLITS:
+            os.environ["FLOORLINE_MLP_SPLIT"] = split
+            f = lambda: M.tri_mlp(gu, dt, x, out, z, nw, 1e-6, config=c)
+            f()
+            ms = triton.testing.do_bench(f, warmup=20, rep=200, return_mode="median")
+            row.append(f"{split} {ms * 1e3:.1f} us {gb / ms * 1e3:.0f} GB/s")
+        print(f"{h}x{i} {c}: " + ", ".join(row))
+PY
+      for c in ${SPLIT_CELLS:-"llama-3.1-8b:rows,strided,tiles" "qwen2.5-7b:rows,strided"}; do
+        IFS=: read -r m splits <<< "$c"
+        IFS=, read -ra ss <<< "$splits"
+        line="$m ctx 2048:"
+        for sp in "${ss[@]}"; do
+          line="$line $sp $(FLOORLINE_MLP_SPLIT=$sp cell "$OUT/split_$m.jsonl" "$OUT/split.log" --model $m --ctx 2048 \
+            --mode native)"
         done
         echo "$line ms"
       done ;;

@@ -152,3 +152,29 @@ def test_native_without_the_fused_mlp_matches_hf_in_fp32(name, ops, monkeypatch)
     net = NativeModel(models.build_random(zoo.ZOO[name], torch.device("cpu"), "fp32", seed=0), 64, ops=ops)
     assert not net.fused_mlp and net.xs.shape[0] == 1
     assert _compare_with_hf(name, ops) < 1e-5
+
+
+@interpreted
+@pytest.mark.parametrize("hidden, inter, config, split", [
+    (48, 14, (4, 4, 3), "rows"),  # 14 rows over 3 programs: 4, 5, 5 -- a full tile, then a short one (1 row)
+    (40, 12, (4, 4, 5), "rows"),  # 2-3 rows a program: every tile short
+    (32, 16, (2, 8, 2), "rows"),  # even
+    (48, 16, (4, 4, 3), "tiles"),  # whole tiles: 4 over 3 programs (1, 1, 2)
+    (48, 20, (4, 4, 2), "strided"),  # 5 tiles, strided over 2 programs: 0, 2, 4 and 1, 3
+])
+def test_every_split_of_the_mlp_matches_its_reference(hidden, inter, config, split, monkeypatch):
+    """FLOORLINE_MLP_SPLIT=rows (the default): each program an even share of the intermediate rows, its last tile
+    masked where short (zero rows give h = 0); tiles: whole tiles a program; strided: tile p, p + P, ...; each against
+    the torch reference; a bad value is a one-line error."""
+    monkeypatch.setenv("FLOORLINE_MLP_SPLIT", split)
+    gate_up = _rand(2 * inter, hidden, dtype=torch.bfloat16, scale=0.1)
+    down_t = _rand(inter, hidden, dtype=torch.bfloat16, scale=0.1)
+    norm_w, x = _rand(hidden) + 1, _rand(hidden)
+    out, zero = torch.zeros(hidden), _rand(hidden)
+    M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=config)
+    assert _rel(out, M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)) < 1e-5 and not zero.any()
+    monkeypatch.setenv("FLOORLINE_MLP_SPLIT", "yes")
+    with pytest.raises(UserError, match="FLOORLINE_MLP_SPLIT='yes': use tiles, rows, strided"):
+        M.split_mode()
+    monkeypatch.delenv("FLOORLINE_MLP_SPLIT")
+    assert M.split_mode() == "rows"  # the default

@@ -8,9 +8,11 @@ silu(gate) * up, so it waits for all of gate_up's programs to finish and its own
 H200 by the step's probe, FLOORLINE_PROBE_NO_WAIT=down). Split the other way, as tensor parallelism splits an MLP
 over GPUs, no program needs another's output: program p owns a contiguous range of intermediate rows j, computes
 h_j = silu(g_j) u_j from gate row j and up row j (dot products with n(x): hidden columns each), and adds h_j times
-row j of down^T into a private fp32 vector of `hidden` partial sums. At its end it adds that vector into the next
-residual buffer with fp32 atomics (hidden atomics a program, a few hundred programs a layer). down is stored
-transposed, (intermediate, hidden), so a program's rows are contiguous; gate rows j and up rows j come from the same
+row j of down^T into a private fp32 vector of `hidden` partial sums. The rows are shared out evenly: program p
+of P takes rows [p I / P, (p + 1) I / P) in tiles of BJ, the last one masked where short (FLOORLINE_MLP_SPLIT:
+other shares). At its end it adds that vector into the next residual buffer with fp32 atomics (hidden
+atomics a program, a few hundred programs a layer). down is stored transposed, (intermediate, hidden), so a
+program's rows are contiguous; gate rows j and up rows j come from the same
 fused (2 intermediate, hidden) matrix as the two-GEMV path's.
 
 The residual cannot be updated in place (a program would add into x while another still reads it), so the step
@@ -38,9 +40,12 @@ except ImportError:
 
 # (rows a tile BJ, warps, programs per SM): the candidates the step re-times (retune_in_step); the first is used until
 # then. Each program keeps the next tile's 3 BJ rows in flight while it uses this one's. Offline SASS (sm_90, hidden
-# 3584): 105, 86, 64 (16 bytes spilled), 215, 249 registers; BJ 8 spills (hundreds of bytes) and was left out. On the
-# H200 the step took (4, 16, 1) for both models (session16/fused-mlp: 3.481 ms against 3.536-3.802 for the others).
-CANDIDATES = [(4, 16, 1), (2, 16, 1), (4, 32, 1), (4, 8, 1), (2, 4, 2)]
+# 4096, the row split): 102, 86, 159, 214 and 249 registers, no spills. Left out: BJ 8 (spills hundreds of bytes),
+# (4, 32, 1) (spills; ~10 ms a step in every re-timing), (2, 32, 1) and (1, 16, 1) (no spills, but 10.7-11.8 and
+# 4.7-5.3 ms a step in session 18's re-timings, results/h200/session18/mlp-split). On the H200 the step took
+# (4, 16, 1) for both models with whole tiles a program (session16/fused-mlp); with the row split llama-3.1-8b takes
+# (2, 16, 1) (session18/mlp-rows, mlp-split: 3.838-3.855 against 3.862-3.865 in the re-timing), qwen2.5-7b (4, 16, 1).
+CANDIDATES = [(4, 16, 1), (2, 16, 1), (2, 8, 1), (4, 8, 1), (2, 4, 2)]
 _CHOICE: dict = {}  # (hidden, intermediate): the candidate in use
 last_step_tuning: dict = {}
 _USED: set = set()  # (hidden, intermediate) of tri_mlp's launches since retune_in_step cleared it
@@ -59,6 +64,25 @@ def enabled() -> bool:
     return v == "1"
 
 
+SPLITS = ("tiles", "rows", "strided")  # the kernel's SPLIT: 0, 1, 2
+
+
+def split_mode() -> str:
+    """How the fused MLP shares the intermediate rows among its programs: FLOORLINE_MLP_SPLIT, `rows` (the default:
+    program p of P takes rows [p I / P, (p + 1) I / P) in tiles of BJ, its last tile masked where short), `tiles`
+    (whole tiles a program, contiguous: llama-3.1-8b's 3584 tiles over 132 programs leave 20 with a 28th) or `strided`
+    (tile p, p + P, p + 2P, ...: at any moment the programs read neighbouring tiles). H200, native bf16 ctx 2048, one
+    process a cell (results/h200/session18/mlp-rows): llama-3.1-8b 3.850 / 3.852 ms with tiles, 3.830 / 3.832 with
+    rows (its re-timing took (2, 16, 1), which tiles had put at 4.09 ms: not explained by the SASS, which differs only
+    in the masks); qwen2.5-7b 3.552 -> 3.538."""
+    v = os.environ.get("FLOORLINE_MLP_SPLIT", "rows")
+    if v not in SPLITS:
+        from floorline.errors import UserError
+
+        raise UserError(f"FLOORLINE_MLP_SPLIT={v!r}: use {', '.join(SPLITS)}")
+    return v
+
+
 def ref_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, norm_w: torch.Tensor, eps: float):
     """The torch reference (fp32): x + down_t^T (silu(g) * u), [g; u] = gate_up n(x)."""
     gu = gate_up.float() @ K.rmsnorm(x, norm_w, eps)
@@ -70,32 +94,60 @@ if triton is not None:
 
     @triton.jit
     def _mlp(WGU, WDT, X, NW, XO, XZ, H, I, eps, TILES,
-             BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr):
+             BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr, SPLIT: tl.constexpr = 1):
         if PDL == 1:
             tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
         npr = tl.num_programs(0)
-        t0 = pid * TILES // npr  # this program's tiles of BJ intermediate rows: [t0, t1)
-        t1 = (pid + 1) * TILES // npr
+        ROWS: tl.constexpr = SPLIT == 1
+        STRIDED: tl.constexpr = SPLIT == 2
+        if ROWS:  # this program's intermediate rows [r0, r1), in tiles of BJ (the last one masked where short)
+            r0 = pid * I // npr
+            r1 = (pid + 1) * I // npr
+            t0 = 0
+            t1 = tl.cdiv(r1 - r0, BJ)
+            step = 1
+        elif STRIDED:  # tiles pid, pid + npr, ... of BJ intermediate rows
+            t0 = pid
+            t1 = TILES
+            step = npr
+        else:
+            t0 = pid * TILES // npr  # this program's tiles of BJ intermediate rows: [t0, t1)
+            t1 = (pid + 1) * TILES // npr
+            step = 1
         rk = tl.arange(0, HP)
         km = rk < H
         i = tl.arange(0, 2 * BJ)  # a tile's gate rows, then its up rows (I rows further)
-        gu_rows = (t0 * BJ + i % BJ + (i // BJ) * I)[:, None] * H + rk[None, :]
-        d_rows = (t0 * BJ + tl.arange(0, BJ))[:, None] * H + rk[None, :]
-        live = km[None, :] & ((tl.zeros([1, 1], dtype=tl.int32) + t0) < t1)
-        # the first tile is requested before the wait: weights never depend on the previous kernel
-        wgu = tl.load(WGU + gu_rows, mask=live, other=0.0, eviction_policy="evict_first")
-        wd = tl.load(WDT + d_rows, mask=live, other=0.0, eviction_policy="evict_first")
+        if ROWS:
+            jg = r0 + i % BJ  # each gate/up tile row's intermediate row
+            jd = r0 + tl.arange(0, BJ)  # each down^T tile row's
+            gu_rows = (jg + (i // BJ) * I)[:, None] * H + rk[None, :]
+            d_rows = jd[:, None] * H + rk[None, :]
+            wgu = tl.load(WGU + gu_rows, mask=km[None, :] & (jg < r1)[:, None], other=0.0,
+                          eviction_policy="evict_first")
+            wd = tl.load(WDT + d_rows, mask=km[None, :] & (jd < r1)[:, None], other=0.0, eviction_policy="evict_first")
+        else:
+            gu_rows = (t0 * BJ + i % BJ + (i // BJ) * I)[:, None] * H + rk[None, :]
+            d_rows = (t0 * BJ + tl.arange(0, BJ))[:, None] * H + rk[None, :]
+            live = km[None, :] & ((tl.zeros([1, 1], dtype=tl.int32) + t0) < t1)
+            # the first tile is requested before the wait: weights never depend on the previous kernel
+            wgu = tl.load(WGU + gu_rows, mask=live, other=0.0, eviction_policy="evict_first")
+            wd = tl.load(WDT + d_rows, mask=live, other=0.0, eviction_policy="evict_first")
         K._pdl_wait(PDL)
         x = tl.load(X + rk, mask=km, other=0.0)
         xn = x * tl.load(NW + rk, mask=km, other=0.0) / tl.sqrt(tl.sum(x * x, 0) / H + eps)
         y = tl.where(pid == 0, x, 0.0)  # program 0 carries the residual itself
         tl.store(XZ + rk, tl.zeros([HP], dtype=tl.float32), mask=km & (rk % npr == pid))  # the next layer's buffer
         half = tl.arange(0, 2)[:, None]
-        for t in range(t0, t1):
-            more = km[None, :] & ((tl.zeros([1, 1], dtype=tl.int32) + t + 1) < t1)
-            wgu2 = tl.load(WGU + gu_rows + BJ * H, mask=more, other=0.0, eviction_policy="evict_first")
-            wd2 = tl.load(WDT + d_rows + BJ * H, mask=more, other=0.0, eviction_policy="evict_first")
+        for t in range(t0, t1, step):
+            if ROWS:  # the next tile's rows, masked past r1 (a short last tile: rows of zeros, h = 0)
+                mg = km[None, :] & (jg + (t + 1) * BJ < r1)[:, None]
+                md = km[None, :] & (jd + (t + 1) * BJ < r1)[:, None]
+            else:
+                mg = km[None, :] & ((tl.zeros([1, 1], dtype=tl.int32) + t + step) < t1)
+                md = mg
+            wgu2 = tl.load(WGU + gu_rows + step * BJ * H, mask=mg, other=0.0, eviction_policy="evict_first")
+            wd2 = tl.load(WDT + d_rows + step * BJ * H, mask=md, other=0.0, eviction_policy="evict_first")
             s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)  # (2 BJ,): gate sums then up sums
             s2 = tl.reshape(s, [2, BJ])
             g = tl.sum(tl.where(half == 0, s2, 0.0), 0)
@@ -104,8 +156,8 @@ if triton is not None:
             y += tl.sum(h[:, None] * wd.to(tl.float32), 0)
             wgu = wgu2
             wd = wd2
-            gu_rows += BJ * H
-            d_rows += BJ * H
+            gu_rows += step * BJ * H
+            d_rows += step * BJ * H
         if PDL == 2:  # FLOORLINE_PDL=late: after the main loop
             tl.extra.cuda.gdc_launch_dependents()
         tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
@@ -136,19 +188,20 @@ def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: t
         raise ValueError(f"tri_mlp: gate_up of {2 * inter} x {h} is past the kernel's int32 offsets")
     key = (h, inter)
     bj, warps, per_sm = config or _CHOICE.get(key) or fitting(inter)[0]
-    if inter % bj:
+    split = SPLITS.index(split_mode())
+    if inter % bj and split != 1:
         raise ValueError(f"tri_mlp: intermediate {inter} is not a multiple of {bj}")
     pdl = K._pdl_for("mlp")
     args = (gate_up, down_t, x, norm_w, out, zero, h, inter, eps)
-    warm = (h, inter, gate_up.dtype, pdl)
+    warm = (h, inter, gate_up.dtype, pdl, split)
     if warm not in _WARM and not K.INTERPRET and not torch.cuda.is_current_stream_capturing():
         for c in fitting(inter):  # compiled now, not while the step tuner captures a graph
-            _mlp.warmup(*args, inter // c[0], BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, num_warps=c[1],
-                        grid=(1,), **K._launch(pdl))
+            _mlp.warmup(*args, inter // c[0], BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, SPLIT=split,
+                        num_warps=c[1], grid=(1,), **K._launch(pdl))
         _WARM.add(warm)
     _USED.add(key)
     progs = per_sm if K.INTERPRET else _sms(x.device) * per_sm  # the interpreter: as many programs as per_sm says
-    _mlp[(progs,)](*args, inter // bj, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, num_warps=warps,
+    _mlp[(progs,)](*args, inter // bj, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, SPLIT=split, num_warps=warps,
                    **K._launch(pdl))
 
 

@@ -43,7 +43,8 @@ class Native(Runtime):
                 "native_int4_configs": int4_cuda.tuned() or None,
                 "native_int4_step_tuning": int4_cuda.last_step_tuning or None,
                 "native_triton_step_tuning": K.last_step_tuning or None,
-                **({"native_fused_mlp": M.last_step_tuning or True} if self.net.fused_mlp else {}),
+                **({"native_fused_mlp": M.last_step_tuning or True,
+                    "native_mlp_split": M.split_mode()} if self.net.fused_mlp else {}),
                 **({"native_probe_no_wait": sorted(K.PROBE_NO_WAIT)} if K.PROBE_NO_WAIT else {})}
 
     def prefill(self, prompt: torch.Tensor, chunk: int = 1024, progress=None) -> None:
