@@ -147,6 +147,38 @@ cell() {
   cat "$OUT/cell.jsonl" >> "$file" 2>/dev/null
 }
 
+# mlp_alone "SPLIT...": the fused MLP kernel alone at qwen2.5-7b's and llama-3.1-8b's shapes, every candidate under each
+# split (mlp.SPLITS), beside gate_up + down as two GEMVs: triton's do_bench median of eager launches (0.35-0.41 GB of
+# weights, past the L2; launch and ramp included: not the step's graph), into $OUT/mlp_alone.log
+mlp_alone() {
+  python3 - $1 <<'PY' 2>&1 | tee -a "$OUT/mlp_alone.log"
+import sys, torch, triton
+from floorline.native import kernels as K, mlp as M
+for h, i in ((3584, 18944), (4096, 14336)):
+    g = torch.Generator("cuda").manual_seed(0)
+    gu = (torch.randn(2 * i, h, device="cuda", generator=g) * 0.02).bfloat16()
+    dn = (torch.randn(h, i, device="cuda", generator=g) * 0.02).bfloat16()
+    dt = dn.t().contiguous()
+    nw, x = torch.ones(h, device="cuda"), torch.randn(h, device="cuda", generator=g)
+    act, out, z = torch.zeros(i, device="cuda"), torch.zeros(h, device="cuda"), torch.zeros(h, device="cuda")
+    gb = 3 * i * h * 2 / 1e9
+    def two():
+        K.tri_gemv(gu, x, out=act, pro=K.PRO_RMSNORM, norm_w=nw, glu=True)
+        K.tri_gemv(dn, act, out=out, residual=out)
+    two()
+    ms = triton.testing.do_bench(two, warmup=20, rep=200, return_mode="median")
+    print(f"{h}x{i} gate_up + down (autotuned tiles): {ms * 1e3:.1f} us, {gb / ms * 1e3:.0f} GB/s")
+    for c in M.fitting(i):
+        row = []
+        for split in sys.argv[1:]:
+            f = lambda: M.tri_mlp(gu, dt, x, out, z, nw, 1e-6, config=c, split=split)
+            f()
+            ms = triton.testing.do_bench(f, warmup=20, rep=200, return_mode="median")
+            row.append(f"{split} {ms * 1e3:.1f} us {gb / ms * 1e3:.0f} GB/s")
+        print(f"{h}x{i} fused {c}: " + ", ".join(row))
+PY
+}
+
 for stage in "${stages[@]}"; do
   echo "== $stage ($(( $(date +%s) - t0 )) s)"
   case $stage in
@@ -269,8 +301,7 @@ for stage in "${stages[@]}"; do
       done ;;
     final-s13|final-s14|final-s16|final-s18)  # issue #14, session 13's, 14's, 16's and 18's sources in one call
                 # (FINAL_BUDGET s, default 520 / 540 / 560): (final-s16, -s18) the fused MLP's GPU tests, the
-                # native bf16 records
-                # (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's
+                # native bf16 records (qwen2.5-7b ctx 2048, 16384, 30720; llama-3.1-8b 2048, 16384), the runtime's
                 # graph replays against the torch-reference step, native against HF fp32 at ctx 256, (final-s14)
                 # explain of native bf16 (qwen2.5-7b ctx 2048), int4 records, each as the budget allows
       budget=${FINAL_BUDGET:-$(case $stage in final-s13) echo 520;; final-s14) echo 540;; *) echo 560;; esac)}
@@ -377,35 +408,11 @@ for stage in "${stages[@]}"; do
         echo "$cell:$meds ms"
       done ;;
     fused-mlp)  # issue #14: the MLP as one kernel with no gate_up -> down boundary (native/mlp.py): its GPU tests and
-                # the runtime's replays with it, the kernel alone (every candidate, triton's do_bench median, L2
-                # flushed, eager launches: not the step's graph) beside the two GEMVs, then native bf16 ctx 2048 one
-                # process a cell, off and on in turn (MLP_ROUNDS rounds, MLP_MODELS override)
+                # the runtime's replays with it, the kernel alone (every candidate, mlp_alone) beside the two GEMVs,
+                # then native bf16 ctx 2048 one process a cell, off and on in turn (MLP_ROUNDS rounds, MLP_MODELS
+                # override)
       FLOORLINE_FUSED_MLP=1 gpu_pytest 300 mlp "fused_mlp or (replays_real_tokens and None)"
-      python3 - <<'PY' 2>&1 | tee -a "$OUT/mlp_alone.log"
-import torch, triton
-from floorline.native import kernels as K, mlp as M
-for h, i in ((3584, 18944), (4096, 14336)):
-    g = torch.Generator("cuda").manual_seed(0)
-    gu = (torch.randn(2 * i, h, device="cuda", generator=g) * 0.02).bfloat16()
-    dn = (torch.randn(h, i, device="cuda", generator=g) * 0.02).bfloat16()
-    dt = dn.t().contiguous()
-    nw, x = torch.ones(h, device="cuda"), torch.randn(h, device="cuda", generator=g)
-    act, out, z = torch.zeros(i, device="cuda"), torch.zeros(h, device="cuda"), torch.zeros(h, device="cuda")
-    gb = 3 * i * h * 2 / 1e9
-    def two():
-        K.tri_gemv(gu, x, out=act, pro=K.PRO_RMSNORM, norm_w=nw, glu=True)
-        K.tri_gemv(dn, act, out=out, residual=out)
-    two()
-    ms = triton.testing.do_bench(two, warmup=20, rep=200, return_mode="median")
-    print(f"{h}x{i} gate_up + down (autotuned tiles): {ms * 1e3:.1f} us, {gb / ms * 1e3:.0f} GB/s")
-    for c in M.CANDIDATES:
-        if i % c[0]:
-            continue
-        f = lambda: M.tri_mlp(gu, dt, x, out, z, nw, 1e-6, config=c)
-        f()
-        ms = triton.testing.do_bench(f, warmup=20, rep=200, return_mode="median")
-        print(f"{h}x{i} fused {c}: {ms * 1e3:.1f} us, {gb / ms * 1e3:.0f} GB/s")
-PY
+      mlp_alone rows
       for m in ${MLP_MODELS:-qwen2.5-7b llama-3.1-8b}; do
         line="$m ctx 2048:"
         for r in $(seq ${MLP_ROUNDS:-1}); do
@@ -421,30 +428,11 @@ PY
       done ;;
     mlp-split)  # issue #14 (session 18): how the fused MLP shares its rows (FLOORLINE_MLP_SPLIT: rows, the
                 # default; tiles; strided): the GPU test of every candidate with rows and with strided, each candidate
-                # alone under each split (triton's do_bench median, eager launches: 0.4-0.5 GB of weights, past the
-                # L2), then native bf16 ctx 2048 one process a cell (SPLIT_CELLS "model:split,split..." override)
+                # alone under each split (mlp_alone; MLP_SPLITS override), then native bf16 ctx 2048 one process a
+                # cell (SPLIT_CELLS "model:split,split..." override)
       gpu_pytest 120 mlp fused_mlp
       FLOORLINE_MLP_SPLIT=strided gpu_pytest 120 mlp_strided fused_mlp
-      python3 - <<'PY' 2>&1 | tee -a "$OUT/mlp_alone.log"
-import os, torch, triton
-from floorline.native import mlp as M
-for h, i in ((3584, 18944), (4096, 14336)):
-    g = torch.Generator("cuda").manual_seed(0)
-    gu = (torch.randn(2 * i, h, device="cuda", generator=g) * 0.02).bfloat16()
-    dt = (torch.randn(i, h, device="cuda", generator=g) * 0.02).bfloat16()
-    nw, x = torch.ones(h, device="cuda"), torch.randn(h, device="cuda", generator=g)
-    out, z = torch.zeros(h, device="cuda"), torch.zeros(h, device="cuda")
-    gb = 3 * i * h * 2 / 1e9
-    for c in M.fitting(i):
-        row = []
-        for split in M.SPLITS:
-            os.environ["FLOORLINE_MLP_SPLIT"] = split
-            f = lambda: M.tri_mlp(gu, dt, x, out, z, nw, 1e-6, config=c)
-            f()
-            ms = triton.testing.do_bench(f, warmup=20, rep=200, return_mode="median")
-            row.append(f"{split} {ms * 1e3:.1f} us {gb / ms * 1e3:.0f} GB/s")
-        print(f"{h}x{i} {c}: " + ", ".join(row))
-PY
+      mlp_alone "${MLP_SPLITS:-tiles rows strided}"
       for c in ${SPLIT_CELLS:-"llama-3.1-8b:rows,strided,tiles" "qwen2.5-7b:rows,strided"}; do
         IFS=: read -r m splits <<< "$c"
         IFS=, read -ra ss <<< "$splits"

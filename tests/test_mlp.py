@@ -166,13 +166,20 @@ def test_every_split_of_the_mlp_matches_its_reference(hidden, inter, config, spl
     """FLOORLINE_MLP_SPLIT=rows (the default): each program an even share of the intermediate rows, its last tile
     masked where short (zero rows give h = 0); tiles: whole tiles a program; strided: tile p, p + P, ...; each against
     the torch reference; a bad value is a one-line error."""
-    monkeypatch.setenv("FLOORLINE_MLP_SPLIT", split)
+    monkeypatch.setenv("FLOORLINE_MLP_SPLIT", split)  # the environment's choice, then the same as an argument
     gate_up = _rand(2 * inter, hidden, dtype=torch.bfloat16, scale=0.1)
     down_t = _rand(inter, hidden, dtype=torch.bfloat16, scale=0.1)
     norm_w, x = _rand(hidden) + 1, _rand(hidden)
     out, zero = torch.zeros(hidden), _rand(hidden)
     M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=config)
-    assert _rel(out, M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)) < 1e-5 and not zero.any()
+    want = M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)
+    assert _rel(out, want) < 1e-5 and not zero.any()
+    monkeypatch.delenv("FLOORLINE_MLP_SPLIT")
+    out.zero_()
+    M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=config, split=split)
+    assert _rel(out, want) < 1e-5
+    with pytest.raises(ValueError, match="split 'rowz' is not one of"):
+        M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=config, split="rowz")
     monkeypatch.setenv("FLOORLINE_MLP_SPLIT", "yes")
     with pytest.raises(UserError, match="FLOORLINE_MLP_SPLIT='yes': use tiles, rows, strided"):
         M.split_mode()

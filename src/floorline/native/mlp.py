@@ -173,9 +173,10 @@ def _sms(dev) -> int:
 
 
 def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: torch.Tensor, zero: torch.Tensor,
-            norm_w: torch.Tensor, eps: float, config: tuple | None = None) -> None:
+            norm_w: torch.Tensor, eps: float, config: tuple | None = None, split: str | None = None) -> None:
     """out += ref_mlp(...) (out holds zeros: the result lands there) and zero[:] = 0, in one launch. x, out, zero:
-    three distinct fp32 vectors of `hidden`; gate_up (2 intermediate, hidden) and down_t (intermediate, hidden) bf16."""
+    three distinct fp32 vectors of `hidden`; gate_up (2 intermediate, hidden) and down_t (intermediate, hidden) bf16.
+    config: (BJ, warps, programs an SM), else the step's choice; split: one of SPLITS, else split_mode()'s."""
     i2, h = gate_up.shape
     inter = i2 // 2
     if down_t.shape != (inter, h) or not (gate_up.is_contiguous() and down_t.is_contiguous()):
@@ -188,11 +189,14 @@ def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: t
         raise ValueError(f"tri_mlp: gate_up of {2 * inter} x {h} is past the kernel's int32 offsets")
     key = (h, inter)
     bj, warps, per_sm = config or _CHOICE.get(key) or fitting(inter)[0]
-    split = SPLITS.index(split_mode())
-    if inter % bj and split != 1:
+    mode = split or split_mode()
+    if mode not in SPLITS:
+        raise ValueError(f"tri_mlp: split {mode!r} is not one of {SPLITS}")
+    if inter % bj and mode != "rows":
         raise ValueError(f"tri_mlp: intermediate {inter} is not a multiple of {bj}")
     pdl = K._pdl_for("mlp")
     args = (gate_up, down_t, x, norm_w, out, zero, h, inter, eps)
+    split = SPLITS.index(mode)
     warm = (h, inter, gate_up.dtype, pdl, split)
     if warm not in _WARM and not K.INTERPRET and not torch.cuda.is_current_stream_capturing():
         for c in fitting(inter):  # compiled now, not while the step tuner captures a graph
