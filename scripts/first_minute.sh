@@ -20,7 +20,7 @@ dtype=$(python -c "import json; print(json.loads(open('$out/default_run.jsonl').
 dtype_avx2=$(python -c "import json; print(json.loads(open('$out/avx2_run.jsonl.tmp').readline())['dtype'])")
 rm -f "$out/avx2_run.jsonl.tmp"
 {
-  echo "cpu=$(python -c 'from floorline import system; print(system.cpu_name())')"
+  echo "cpu=$(python -c 'from floorline.bench import system; print(system.cpu_name())')"
   echo "cores=$(nproc)"
   echo "load_before=$load"
   echo "run_s=$wall"

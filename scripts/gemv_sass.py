@@ -1,28 +1,20 @@
-"""The machine code (SASS) of mode native's Triton GEMV for sm_90, built on any machine (no GPU: Triton's bundled
+"""The machine code (SASS) of mode native's Triton kernels for sm_90, built on any machine (no GPU: Triton's bundled
 ptxas and cuobjdump), with the JIT's own specialisation (pointers and sizes divisible by 16).
 
   python scripts/gemv_sass.py show BN BK WARPS AHEAD [PRO] [--stages S]
-                                                             weight loads before griddepcontrol.wait, barriers (json)
-  python scripts/gemv_sass.py same REV                       this tree's GEMV against git revision REV's, variant by
-                                                             variant (TILES x FLAGS): whether a change to kernels.py
-                                                             changes the code
+                                                             the GEMV's weight loads before griddepcontrol.wait,
+                                                             barriers (json)
   python scripts/gemv_sass.py tiles [PRO GLU ACC SPLIT] [--try BN,BK,WARPS,STAGES,AHEAD ...]
-                                                             every tile of kernels._BF16 (and others): registers,
+                                                             every tile of gemv._BF16 (and others): registers,
                                                              programs an SM holds, weight bytes an SM has in flight
 
-  python scripts/gemv_sass.py mlp-same REV                   the fused MLP kernel (native/mlp.py) against REV's, for
-                                                             every candidate at hidden 3584 and 4096 and PDL off /
-                                                             early / after-wait
-
-`same` is how a refactor of measured sources is checked not to change what was measured (source_sha256 hashes the
-text, comments included).
+scripts/sass_same.py compares every native kernel with a git revision's (is a change of the sources a change of what
+was measured?) with the helpers here.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import itertools
 import json
 import subprocess
 import sys
@@ -31,22 +23,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 POINTERS = dict(W="*bf16", S="*bf16", Z="*bf16", X="*fp32", NW="*bf16", B="*bf16", Y="*fp32")
-# `same` compiles (BN, BK, warps, STAGES, AHEAD, INT4) x (PRO, GLU, ACC, SPLIT, HAS_BIAS): register tiles one and two
-# ahead, a cp.async tile, int4 tiles (registers and cp.async) x q/k/v, gate_up, o / down split and not, lm_head
-TILES = [(8, 256, 4, 0, 1, 0), (4, 256, 2, 0, 1, 0), (4, 512, 4, 0, 1, 0), (2, 512, 2, 0, 1, 0), (8, 256, 4, 0, 2, 0),
-         (4, 256, 2, 0, 2, 0), (4, 512, 4, 0, 2, 0), (2, 512, 2, 0, 2, 0), (8, 512, 4, 3, 1, 0), (4, 512, 1, 0, 1, 1),
-         (8, 512, 2, 6, 1, 1)]
-FLAGS = [(1, 0, 0, 1, 1), (1, 1, 0, 1, 0), (0, 0, 1, 2, 0), (0, 0, 1, 1, 0), (1, 0, 0, 1, 0)]
 
 
-def constants(bn, bk, ahead, pro=1, glu=0, acc=0, split=1, bias=0, stages=0, int4=0) -> dict:
-    return dict(PRO=pro, GLU=glu, HAS_BIAS=bias, ACC=acc, INT4=int4, GROUP_K=128, BN=bn, BK=bk, PDL=3, STAGES=stages,
-                SPLIT=split, AHEAD=ahead)
+def constants(bn, bk, ahead, pro=1, glu=0, acc=0, split=1, bias=0, stages=0, int4=0, pdl=1) -> dict:
+    return dict(PRO=pro, GLU=glu, HAS_BIAS=bias, ACC=acc, INT4=int4, GROUP_K=128, BN=bn, BK=bk, PDL=pdl,
+                STAGES=stages, SPLIT=split, AHEAD=ahead)
 
 
 def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("N", "K", "KW"),
              divisible=("N", "K", "KW")):
-    """`kernel` (a kernels._gemv, or another: its pointer types and int arguments given) compiled for sm_90 with
+    """`kernel` (gemv._gemv, or another: its pointer types and int arguments given) compiled for sm_90 with
     these constexprs, pointers and `divisible` ints specialised as divisible by 16: Triton's CompiledKernel."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -55,7 +41,8 @@ def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("
     names = list(kernel.arg_names)
     if const.get("INT4"):  # int4: the words of 8 codes
         pointers = {**pointers, "W": "*i32"}
-    sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n == "eps" else "constexpr") for n in names}
+    sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n in ("eps", "scale") else "constexpr")
+           for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *divisible)}
     src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
@@ -94,11 +81,14 @@ MLP_POINTERS = dict(WGU="*bf16", WDT="*bf16", X="*fp32", NW="*fp32", XO="*fp32",
 
 
 def mlp_sass(fn, bj: int, warps: int, hidden: int, pdl: int) -> str:
-    """The SASS of mlp._mlp (or a revision's) for sm_90, as `sass` gives the GEMV's."""
+    """The SASS of mlp._mlp (or a revision's: one with the split switch gets its row split) for sm_90, as `sass`
+    gives the GEMV's."""
     import triton
 
-    return sass(fn, dict(BJ=bj, HP=triton.next_power_of_2(hidden), PDL=pdl), warps, pointers=MLP_POINTERS,
-                ints=("H", "I", "TILES"), divisible=("H", "I"))
+    const = dict(BJ=bj, HP=triton.next_power_of_2(hidden), PDL=pdl)
+    if "SPLIT" in fn.arg_names:
+        const["SPLIT"] = 1
+    return sass(fn, const, warps, pointers=MLP_POINTERS, ints=("H", "I", "TILES"), divisible=("H", "I"))
 
 
 def residency(regs: int, shared: int, warps: int) -> int:
@@ -111,44 +101,33 @@ def residency(regs: int, shared: int, warps: int) -> int:
 
 
 def tile_table(pro: int, glu: int, acc: int, split: int, extra=()) -> list[dict]:
-    """For each bf16 tile of kernels._BF16 and of `extra` ((BN, BK, warps, STAGES, AHEAD) tuples), with these flags:
+    """For each bf16 tile of gemv._BF16 and of `extra` ((BN, BK, warps, STAGES, AHEAD) tuples), with these flags:
     registers a thread, shared memory a program (Triton's dynamic allocation), programs an SM, and the weight bytes an
     SM has requested at once when every program has its AHEAD tiles in flight (the cp.async tiles: STAGES - 1)."""
     import re
 
     import triton
 
-    from floorline.native import kernels
+    from floorline.native import gemv
 
     tried = [triton.Config({"BN": t[0], "BK": t[1], "STAGES": t[3], "SPLIT": split, "AHEAD": t[4]}, num_warps=t[2])
              for t in extra]
     rows = []
-    for cfg in list(kernels._BF16) + tried:
+    for cfg in list(gemv._BF16) + tried:
         kw = cfg.kwargs
         if kw.get("SPLIT", 1) > 1 and not (acc and not pro and not glu):
             continue
         const = constants(kw["BN"], kw["BK"], kw.get("AHEAD", 1), pro, glu, acc, kw.get("SPLIT", 1) if acc else 1,
                           0, kw.get("STAGES", 0))
-        kernel = compiled(kernels._gemv, const, cfg.num_warps)
+        kernel = compiled(gemv._gemv, const, cfg.num_warps)
         regs = int(re.search(r"REG:(\d+)", cuobjdump(kernel.asm["cubin"], "-res-usage")).group(1))
         shared = kernel.metadata.shared
         progs = residency(regs, shared, cfg.num_warps)
         ahead = kw["STAGES"] - 1 if kw.get("STAGES") else kw.get("AHEAD", 1)
-        rows.append({"tile": kernels.tile_name(cfg), "regs": regs, "shared": shared, "programs_an_sm": progs,
+        rows.append({"tile": gemv.tile_name(cfg), "regs": regs, "shared": shared, "programs_an_sm": progs,
                      "kb_in_flight_an_sm": progs * ahead * kw["BN"] * kw["BK"] * 2 / 1024,
                      "in_the_autotuner": cfg not in tried})
     return rows
-
-
-def _kernels_at(rev: str, name: str = "kernels"):
-    text = subprocess.run(["git", "show", f"{rev}:src/floorline/native/{name}.py"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / f"{name}_at_rev.py"  # a real file: Triton reads the kernels' source back
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(f"{name}_at_rev", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main(argv=None) -> int:
@@ -159,17 +138,14 @@ def main(argv=None) -> int:
         s.add_argument(name, type=int)
     s.add_argument("pro", type=int, nargs="?", default=1)
     s.add_argument("--stages", type=int, default=0, help="Triton's cp.async pipeline instead of register buffers")
-    c = sub.add_parser("same")
-    c.add_argument("rev")
-    sub.add_parser("mlp-same").add_argument("rev")
     t = sub.add_parser("tiles")
     for name, default in (("pro", 1), ("glu", 1), ("acc", 0), ("split", 1)):
         t.add_argument(name, type=int, nargs="?", default=default)
     t.add_argument("--try", dest="extra", nargs="*", default=[], metavar="BN,BK,WARPS,STAGES,AHEAD",
-                   help="tiles not in kernels._BF16, shown beside them (marked +)")
+                   help="tiles not in gemv._BF16, shown beside them (marked +)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    from floorline.native import kernels
+    from floorline.native import gemv
 
     if a.cmd == "tiles":
         extra = [tuple(int(v) for v in e.split(",")) for e in a.extra]
@@ -180,28 +156,8 @@ def main(argv=None) -> int:
         return 0
     if a.cmd == "show":
         const = constants(a.bn, a.bk, a.ahead, a.pro, stages=a.stages)
-        print(json.dumps(summary(sass(kernels._gemv, const, a.warps))))
-        return 0
-    if a.cmd == "mlp-same":
-        from floorline.native import mlp
-
-        old = _kernels_at(a.rev, "mlp")
-        cases = [(bj, w, h, pdl) for bj, w, _ in mlp.CANDIDATES for h in (3584, 4096) for pdl in (0, 1, 3)]
-        differ = [c for c in cases if mlp_sass(mlp._mlp, *c) != mlp_sass(old._mlp, *c)]
-        print(f"{len(cases) - len(differ)} of {len(cases)} fused-MLP variants compile to the same SASS as at {a.rev}"
-              + (f"; differ (BJ, warps, hidden, PDL): {differ}" if differ else ""))
-        return 0
-    old = _kernels_at(a.rev)
-    differ = []
-    for (bn, bk, warps, stages, ahead, int4), flags in itertools.product(TILES, FLAGS):
-        const = constants(bn, bk, ahead, *flags, stages=stages, int4=int4)
-        if sass(kernels._gemv, const, warps) != sass(old._gemv, const, warps):
-            differ.append(f"{'int4' if int4 else 'bf16'} {bn}x{bk} w{warps} s{stages} a{ahead}, "
-                          f"PRO/GLU/ACC/SPLIT/BIAS {flags}")
-    n = len(TILES) * len(FLAGS)
-    print(f"{n - len(differ)} of {n} GEMV variants compile to the same SASS as at {a.rev}"
-          + "".join(f"\n  differs: {d}" for d in differ))
-    return 1 if differ else 0
+        print(json.dumps(summary(sass(gemv._gemv, const, a.warps))))
+    return 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ def main() -> None:
     import gguf
     import torch
 
-    from floorline import models, servedir, zoo
+    from floorline.bench import models
+    from floorline.core import zoo
+    from floorline.serve import servedir
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="tiny-llama")

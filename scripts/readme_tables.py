@@ -1,10 +1,10 @@
-"""The README's tables and figures, produced by floorline from the committed records under results/ so they cannot
-drift: every block between `<!-- floorline:NAME -->` and `<!-- /floorline:NAME -->` is regenerated here.
+"""The tables and figures of README.md and docs/*.md, produced by floorline from the committed records under results/
+so they cannot drift: every block between `<!-- floorline:NAME -->` and `<!-- /floorline:NAME -->` is regenerated.
 
-  python scripts/readme_tables.py          rewrite the blocks in README.md
+  python scripts/readme_tables.py          rewrite the blocks in README.md and docs/*.md
   python scripts/readme_tables.py --check  exit 1 and name the stale blocks (tests/test_readme.py runs this)
 
-A block's source is named in it. Text outside the blocks (the native section among it) is left alone.
+A block's source is named in it; each block sits in one document. Text outside the blocks is left alone.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]  # the documents that hold blocks (not docs/lab/)
 H200 = ROOT / "results" / "h200"
+SUITE = H200 / "suite"  # the figures of record (scripts/h200_suite.toml)
 CPU = ROOT / "results" / "cpu"
 BLOCK = re.compile(r"(<!-- floorline:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /floorline:(?P=name) -->)", re.S)
 
 
 def _read(path: Path) -> list[dict]:
-    from floorline import records
+    from floorline.core import records
 
     return records.read(path)
 
@@ -42,7 +44,7 @@ def cpu_run() -> str:
     """`floorline run` on this project's 2-core CPU, as an 80-column terminal shows it."""
     from rich.console import Console
 
-    from floorline import display
+    from floorline.report import display
 
     path = CPU / "default_run.jsonl"
     recs = _read(path)
@@ -66,7 +68,7 @@ def first_minute() -> str:
 
 
 def h200_run() -> str:
-    from floorline import display
+    from floorline.report import display
 
     path = H200 / "core_run.jsonl"
     recs = [r for r in _read(path) if (r["model"], r["ctx"]) == ("qwen2.5-7b", 2048)]
@@ -75,6 +77,50 @@ def h200_run() -> str:
     return (_para(f"`floorline run` on an {r0['device_name']} (qwen2.5-7b, ctx 2048, transformers "
                   f"{r0['transformers_version']}, torch {r0['torch_version'].split('+')[0]}; `{_rel(path)}`; "
                   f"{display.bandwidth_line(r0)}):") + f"\n{display.markdown(recs, cols)}\n")
+
+
+def _suite() -> list[dict]:
+    """The figures of record: every valid record of the suite's files, the latest of each cell."""
+    latest = {}
+    for f in sorted(SUITE.glob("*.jsonl")):
+        for r in _read(f):
+            if (r.get("kind") or "cell") == "cell" and r.get("valid"):
+                key = (r["model"], r["ctx"], r["mode"], r.get("quant") or "none")
+                if key not in latest or (r.get("timestamp") or "") >= (latest[key].get("timestamp") or ""):
+                    latest[key] = dict(r, _file=_rel(f))
+    return list(latest.values())
+
+
+def h200_headline() -> str:
+    """The headline table: HF transformers' modes (graph, compile) and floorline's native path (bf16, int4) on the
+    H200, ms a step and % of the floor at the datasheet peak and at the bandwidth that run measured."""
+    core = [dict(r, _file=_rel(H200 / "core_run.jsonl")) for r in _read(H200 / "core_run.jsonl")
+            if r["ctx"] == 2048 and r["mode"] in ("eager", "graph", "compile")]
+    recs = core + _suite()
+    order = {"eager": 0, "graph": 1, "compile": 2, "native": 3}
+    sizes = {"qwen2.5-0.5b": 0.5, "llama-3.2-1b": 1, "qwen2.5-1.5b": 1.5, "llama-3.2-3b": 3, "qwen2.5-7b": 7,
+             "llama-3.1-8b": 8}
+    recs.sort(key=lambda r: (-sizes.get(r["model"], 0), r["ctx"], r.get("quant") != "none", order.get(r["mode"], 9)))
+    rows = ["| model | ctx | mode | weights | ms/step | % of floor (datasheet) | % of floor (measured bw) | GB/s "
+            "measured |", "|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        rows.append(f"| {r['model']} | {r['ctx']} | {r['mode']} | {'int4' if r.get('quant') == 'int4' else r['dtype']} "
+                    f"| {r['step_ms_median']:.3f} | {100 * r['fraction_of_floor_peak']:.1f}% | "
+                    f"{100 * r['fraction_of_floor_measured']:.1f}% | {r['measured_gbps']:.0f} |")
+    files = sorted({r["_file"] for r in recs})
+    shas = sorted({r.get("source_sha256") or "-" for r in recs if r["mode"] == "native"})
+
+    def dates(native: bool) -> str:
+        ds = sorted({(r.get("timestamp") or "-")[:10] for r in recs if (r["mode"] == "native") == native})
+        return ds[0] if len(ds) == 1 else f"{ds[0]} to {ds[-1]}"
+
+    dev = recs[0]["device_name"] if recs else "-"
+    return (_para(f"Batch 1 on an {dev} (4800 GB/s datasheet), one fresh process a cell, ms per decode step "
+                  f"(median of 30) and the share of the strict floor it reaches (int4: its own floor, the bytes of "
+                  f"its codes, scales and zeros): at the datasheet peak, and at the bandwidth the same run measured. "
+                  f"HF transformers' modes ({dates(False)}) and floorline's native path ({dates(True)}, sources "
+                  f"{', '.join(shas)}). From " + ", ".join(f"`{f}`" for f in files) + ".")
+            + "\n" + "\n".join(rows) + "\n")
 
 
 def grid() -> str:
@@ -94,7 +140,8 @@ def grid() -> str:
 
 
 def h200_ab() -> str:
-    from floorline import display, published
+    from floorline.core import published
+    from floorline.report import display
 
     path = H200 / "ab_qwen2.5-7b_ctx2048.jsonl"
     summaries = [r for r in _read(path) if r.get("kind") == "ab_summary"]
@@ -105,7 +152,7 @@ def h200_ab() -> str:
 
 
 def h200_explain() -> str:
-    from floorline import display
+    from floorline.report import display
 
     path = H200 / "explain_qwen2.5-7b_ctx2048.jsonl"
     recs = _read(path)
@@ -117,7 +164,7 @@ def h200_explain() -> str:
 
 
 def h200_quant() -> str:
-    from floorline import display, quantrows
+    from floorline.report import display, quantrows
 
     path = H200 / "quant_qwen2.5-7b_ctx2048.jsonl"
     recs = _read(path)
@@ -138,7 +185,8 @@ def h200_quant() -> str:
 
 def predict_validation() -> str:
     """predict's validation: calibrated on one H200 cell, published back-prediction, published -> H200, H200 -> L4."""
-    from floorline import predict, specs, zoo
+    from floorline.core import specs, zoo
+    from floorline.report import predict
 
     core = _read(H200 / "core_run.jsonl")
     explain = _read(H200 / "explain_qwen2.5-7b_ctx2048.jsonl")
@@ -186,7 +234,7 @@ def bandwidth() -> str:
     """Which streaming pattern won, on this project's CPU and on the H200: from the latest records that carry the
     patterns (results/cpu/default_run.jsonl; results/h200/), those of this version's sources first (not a dropped
     experiment's, measured later). An indented block: it sits in a numbered list."""
-    from floorline.system import source_sha256
+    from floorline.bench.system import source_sha256
 
     mine = source_sha256()
 
@@ -214,7 +262,7 @@ def h200_endpoint() -> str:
     the eager step's drift over 300 steps in one process (why the eager row is not a server overhead)."""
     import statistics
 
-    from floorline import display
+    from floorline.report import display
 
     path = H200 / "endpoint" / "endpoint.jsonl"
     recs = _read(path)
@@ -245,17 +293,17 @@ def h200_endpoint() -> str:
 
 BLOCKS = {"bandwidth": bandwidth, "cpu-run": cpu_run, "first-minute": first_minute, "h200-run": h200_run, "grid": grid,
           "h200-ab": h200_ab, "h200-explain": h200_explain, "h200-quant": h200_quant, "h200-endpoint": h200_endpoint,
-          "predict-validation": predict_validation}
+          "predict-validation": predict_validation, "h200-headline": h200_headline}
 
 
 def render(text: str) -> tuple[str, list[str]]:
-    """README text with every block regenerated; the names of the blocks that changed."""
+    """A document's text with every block regenerated; the names of the blocks that changed."""
     changed = []
 
     def sub(m: re.Match) -> str:
         name = m["name"]
         if name not in BLOCKS:
-            raise SystemExit(f"README.md: unknown block {name!r}; known: {', '.join(BLOCKS)}")
+            raise SystemExit(f"unknown block {name!r}; known: {', '.join(BLOCKS)}")
         body = BLOCKS[name]()
         if body != m["body"]:
             changed.append(name)
@@ -268,17 +316,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="report stale blocks instead of rewriting them")
     args = ap.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
-    new, changed = render(text)
-    if args.check:
+    stale = 0
+    for doc in DOCS:
+        new, changed = render(doc.read_text(encoding="utf-8"))
+        if args.check:
+            if changed:
+                print(f"{_rel(doc)}: stale blocks {', '.join(changed)}; run python scripts/readme_tables.py",
+                      file=sys.stderr)
+                stale += 1
+            continue
+        doc.write_text(new, encoding="utf-8")
         if changed:
-            print(f"README.md: stale blocks {', '.join(changed)}; run python scripts/readme_tables.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(new, encoding="utf-8")
-    print(f"README.md: {len(changed)} block(s) regenerated" + (f" ({', '.join(changed)})" if changed else ""))
-    return 0
+            print(f"{_rel(doc)}: {len(changed)} block(s) regenerated ({', '.join(changed)})")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

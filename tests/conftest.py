@@ -9,9 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,7 +32,7 @@ def pytest_collection_modifyitems(config, items):
 def bf16_by_default(monkeypatch):
     """`--dtype auto` is bf16 in every in-process test, whatever this CPU: the tests' figures do not depend on the
     machine (test_measure checks the detection itself, through the real function kept in models)."""
-    from floorline import models
+    from floorline.bench import models
 
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
 
@@ -45,14 +44,16 @@ def cpu() -> torch.device:
 
 @pytest.fixture(scope="session")
 def tiny_llama_fp32(cpu):
-    from floorline import models, zoo
+    from floorline.bench import models
+    from floorline.core import zoo
 
     return models.build_random(zoo.ZOO["tiny-llama"], cpu, "fp32", seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen2_fp32(cpu):
-    from floorline import models, zoo
+    from floorline.bench import models
+    from floorline.core import zoo
 
     return models.build_random(zoo.ZOO["tiny-qwen2"], cpu, "fp32", seed=0)
 
@@ -60,7 +61,8 @@ def tiny_qwen2_fp32(cpu):
 @pytest.fixture(scope="session")
 def tiny_qwen2_dir(tmp_path_factory, cpu) -> Path:
     """tiny-qwen2 with random weights saved as a local model directory (config.json + model.safetensors)."""
-    from floorline import models, zoo
+    from floorline.bench import models
+    from floorline.core import zoo
 
     d = tmp_path_factory.mktemp("tiny-qwen2-local")
     model = models.build_random(zoo.ZOO["tiny-qwen2"], cpu, "bf16", seed=3)
@@ -124,7 +126,7 @@ def native_vs_hf(m, exact, net, prompt, steps: int, chunk: int = 1024) -> list[d
     token. Per step: the fp32 logits (`want`), native's and HF bf16's (`native`, `hf`), fp32."""
     from transformers import DynamicCache
 
-    from floorline.runtimes.base import cache_kwarg
+    from floorline.bench.runtimes.base import cache_kwarg
 
     n, dev = prompt.shape[1], prompt.device
     out = []

@@ -6,8 +6,10 @@ import re
 import numpy as np
 import pytest
 
-from floorline import ab, cli, stats
-from floorline.errors import UserError
+from floorline import cli
+from floorline.core import stats
+from floorline.core.errors import UserError
+from floorline.study import ab
 
 
 def test_bootstrap_percentile_interval_covers_the_true_mean_about_95_percent():
@@ -63,8 +65,7 @@ def test_parse_arm_rejects(spec):
 
 
 def test_session_configs_share_a_model_only_when_arms_differ_by_mode():
-    from floorline.measure import RunConfig
-
+    from floorline.bench.config import RunConfig
     cfg = ab.ABConfig(RunConfig("tiny-llama", [64], []), ab.parse_arm("eager"), ab.parse_arm("static"))
     one = ab.session_configs(cfg, cfg.b, cfg.a)
     assert len(one) == 1 and one[0].modes == ["static", "eager"] and one[0].energy is False
@@ -101,7 +102,7 @@ def test_ab_end_to_end_tiny_cpu_and_resume(tmp_path, capsys):
     lo, hi = s["ratio_mean_ci95"]
     assert lo <= s["ratio_mean"] <= hi
 
-    # resume: one more session runs only session 3
+    # resume: one more session runs only the fourth (index 3)
     args[args.index("--sessions") + 1] = "4"
     assert cli.main(args) == 0
     recs = _lines(out)
@@ -167,12 +168,11 @@ def test_key_of_mode_arms_is_unchanged_by_endpoint_fields():
     import hashlib
     from dataclasses import asdict
 
-    from floorline.measure import RunConfig
-
+    from floorline.bench.config import RunConfig
     cfg = ab.ABConfig(RunConfig("tiny-llama", [64], []), ab.parse_arm("eager"), ab.parse_arm("graph,quant=nf4"))
     d = {"base": asdict(cfg.base), "a": {"mode": "eager", "dtype": "bf16", "attn": "sdpa", "quant": "none"},
          "b": {"mode": "graph", "dtype": "bf16", "attn": "sdpa", "quant": "nf4"}}
-    for k in ("modes", "dtype", "attn", "quant", "tp", "allreduce"):  # tp, allreduce: RunConfig fields added later
+    for k in ("modes", "dtype", "attn", "quant", "tp", "allreduce", "native"):  # tp, allreduce, native: added later
         d["base"].pop(k)
     assert cfg.key() == hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
     e = ab.ABConfig(cfg.base, cfg.a, ab.parse_arm("endpoint=http://h:1/v1,served=m"))

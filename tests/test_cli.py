@@ -10,12 +10,14 @@ import statistics
 
 import numpy as np
 import pytest
-import safetensors
 import torch
-
 from conftest import read_jsonl_strict, run_cli
-from floorline import cli, display, floor, measure, models, records, specs, zoo
-from floorline.errors import UserError
+
+from floorline import cli
+from floorline.bench import config, models
+from floorline.core import floor, records, specs, zoo
+from floorline.core.errors import UserError
+from floorline.report import display
 
 CTX, STEPS, WARMUP = 64, 5, 1
 RUN = ["run", "--model", "tiny-llama", "--ctx", str(CTX), "--device", "cpu", "--steps", str(STEPS),
@@ -60,7 +62,7 @@ def check_record(r: dict, *, model="tiny-llama", arch=None, ctx=CTX, steps=STEPS
         assert r[k] is None, k
     # every timed and warm-up step was a real token: the position moved by exactly that many
     assert r["position_end"] == ctx + r["prepare_tokens"] + warmup + steps
-    assert r["max_cache_len"] == ctx + warmup + steps + measure.SLACK_TOKENS
+    assert r["max_cache_len"] == ctx + warmup + steps + config.SLACK_TOKENS
     assert not any("parameters" in w for w in r["warnings"])  # the built model matched the accounting
     assert r["prefill_s"] > 0 and r["build_s"] > 0
     assert len(r["run_id"]) == 32
@@ -147,7 +149,7 @@ def test_run_table(capsys):
 
 
 def test_a_crashing_mode_is_recorded_invalid_and_the_others_still_run(monkeypatch, tmp_path, capsys):
-    from floorline.runtimes.static import Static
+    from floorline.bench.runtimes.static import Static
 
     def boom(self):
         raise RuntimeError("boom\nsecond line")
@@ -291,7 +293,7 @@ BAD_INPUT = {
     "ctx negative": ([*RUN[:3], "--ctx", "-5", *RUN[5:]], ["--ctx"]),
     "ctx not a number": ([*RUN[:3], "--ctx", "lots", *RUN[5:]], ["--ctx"]),
     "ctx past max position": ([*RUN[:3], "--ctx", "8192", *RUN[5:]], ["max position 8192"]),
-    "ctx one past what fits": ([*RUN[:3], "--ctx", str(8192 - STEPS - WARMUP - measure.SLACK_TOKENS + 1), *RUN[5:]],
+    "ctx one past what fits": ([*RUN[:3], "--ctx", str(8192 - STEPS - WARMUP - config.SLACK_TOKENS + 1), *RUN[5:]],
                                ["max position 8192"]),
     "floor ctx negative": (["floor", "--model", "qwen2.5-7b", "--ctx", "-1"], ["--ctx must be in 1..32768"]),
     "floor ctx zero": (["floor", "--model", "qwen2.5-7b", "--ctx", "0"], ["--ctx must be in 1..32768"]),

@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import read_jsonl_strict, run_cli
-from floorline import ab, endpoint, floor, records, resume, specs, zoo
 from test_resume import complete_lines, torn  # noqa: F401 (torn: the SIGKILL-mid-write fixture)
+
+from floorline.core import floor, records, specs, zoo
+from floorline.serve import endpoint
+from floorline.study import ab, resume
 
 CTX, STEPS, WARMUP, SESSIONS = 96, 12, 2, 2
 
@@ -34,7 +36,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """`transformers serve DIR` on 127.0.0.1:PORT, CPU; yields (url, model dir); stopped at the end."""
-    from floorline import servedir
+    from floorline.serve import servedir
 
     d = servedir.write_model_dir(zoo.ZOO["tiny-qwen2"], tmp_path_factory.mktemp("served") / "tiny-qwen2")
     port = free_port()
@@ -323,7 +325,7 @@ def _ab_stub_args(urls, out, sessions="2"):
 def test_ab_two_endpoints_killed_mid_write_resumes_each_session_once(two_stubs, tmp_path, torn):
     out = tmp_path / "ab.jsonl"
     args = _ab_stub_args(two_stubs, out)
-    p = torn(args, at=2)  # session 0 appended; session 1's second arm torn mid-line, then SIGKILL
+    p = torn(args, at=2)  # the first A/B session appended; the second's second arm torn mid-line, then SIGKILL
     assert p.returncode == -9, p.stderr
     first, tail = complete_lines(out)
     assert len(first) == 3 and tail
@@ -333,7 +335,7 @@ def test_ab_two_endpoints_killed_mid_write_resumes_each_session_once(two_stubs, 
     assert tail == "" and recs[:3] == first  # nothing finished is lost
     cells = [r for r in recs if r["kind"] == "cell"]
     summary = [r for r in recs if r["kind"] == "ab_summary"]
-    assert len(summary) == 1 and summary[0]["sessions"] == [0, 1] and len(cells) == 5  # session 1 ran again
+    assert len(summary) == 1 and summary[0]["sessions"] == [0, 1] and len(cells) == 5  # the second session ran again
     pairs = ab.completed_sessions(resume.load(out), summary[0]["ab_key"])
     assert all(a["ab_attempt"] == b["ab_attempt"] for a, b in (v.values() for v in pairs.values()))
     lone = first[2]
@@ -418,7 +420,7 @@ def test_local_server_floor_uses_the_best_streaming_pattern(monkeypatch):
     (on the H200 a GEMV-like read beats the copy, and a floor from the copy could be beaten)."""
     import torch
 
-    from floorline import bandwidth
+    from floorline.bench import bandwidth
 
     fake = {"copy": (100.0, [100.0]), "read": (130.0, [130.0]), "gemv": (120.0, [120.0])}
     monkeypatch.setattr(bandwidth, "_patterns", lambda dev, nbytes, reps, dtype, which: {k: fake[k] for k in which})
@@ -429,7 +431,7 @@ def test_local_server_floor_uses_the_best_streaming_pattern(monkeypatch):
 
 def test_server_overhead_rows():
     """gpu_check's and the README's table: the median of the valid sessions' ITL against each in-process mode."""
-    from floorline import display
+    from floorline.report import display
 
     def rec(mode, ms, valid=True, **kw):
         return {"kind": "cell", "mode": mode, "step_ms_median": ms, "valid": valid, "ctx": 2048, "steps": 64, **kw}

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from floorline import cli
-from floorline.explain import _exclusive_us, _merged_us
+from floorline.bench.explain import _exclusive_us, _merged_us
 
 
 @pytest.mark.parametrize("iv, want", [
@@ -44,7 +44,7 @@ def test_exclusive_shares_sum_to_the_union():
 def test_layer_slots_split_a_kernel_by_its_place_in_the_layer():
     """Mode native's step: the GEMV 4 times a layer then lm_head, attention twice (two names) a layer; 2 layers,
     2 steps."""
-    from floorline.explain import _layer_slots
+    from floorline.bench.explain import _layer_slots
 
     step = []
     for _ in range(2):
@@ -59,7 +59,7 @@ def test_layer_slots_split_a_kernel_by_its_place_in_the_layer():
     # HF's graph mode: 7 launches a layer, no extra; a name once a layer and once more is slotted too
     assert _layer_slots(["q"] * 7 * 3, steps=1, layers=3) == [f"{i % 7 + 1}/7" for i in range(21)]
     assert _layer_slots(["n", "n", "n"], steps=1, layers=2) == ["1/1", "1/1", "after"]
-    from floorline import display
+    from floorline.report import display
 
     rec = {"kernels_by_slot": [{"name": "int4_gemv", "slot": "3/4", "ms_per_step": 0.54, "calls_per_step": 28,
                                 "us_per_call": 19.4}]}

@@ -9,14 +9,16 @@ import re
 import pytest
 import torch
 
-from floorline import floor, models, runtimes, zoo
-from floorline.errors import UserError
+from floorline.bench import models, runtimes
+from floorline.core import floor, zoo
+from floorline.core.arch import Arch
+from floorline.core.errors import UserError
 
 ZOO_NAMES = list(zoo.ZOO)
 BF16 = 2
 
 
-def meta_model(a: zoo.Arch, dtype=torch.bfloat16):
+def meta_model(a: Arch, dtype=torch.bfloat16):
     """The transformers model of an embedded architecture, on the meta device (shapes only, no storage)."""
     from transformers import AutoModelForCausalLM
 

@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from floorline import bandwidth, floor, measure, models, runtimes, specs, zoo
+from floorline.bench import bandwidth, config, measure, models, runtimes
+from floorline.core import floor, specs, zoo
 
 pytestmark = pytest.mark.gpu
 
@@ -71,7 +72,7 @@ def test_captured_modes_give_the_static_tokens(mode, tiny_llama_bf16, prompt, st
 
 @pytest.fixture(scope="module")
 def gpu_records():
-    cfg = measure.RunConfig(model="tiny-llama", ctxs=[CTX], modes=["eager", "graph"], device="cuda", warmup=2,
+    cfg = config.RunConfig(model="tiny-llama", ctxs=[CTX], modes=["eager", "graph"], device="cuda", warmup=2,
                             steps=10)
     return list(measure.measure_cells(cfg))
 
@@ -119,14 +120,15 @@ def test_native_gemv_is_a_bandwidth_pattern_on_the_gpu(cuda):
     """floorline's own Triton GEMV reads faster than a copy on the H200: it must be among the patterns the floor takes
     the best of, and its product must be right."""
     pytest.importorskip("triton")
+    from floorline.native import gemv as G
+
     bw = bandwidth.achievable_bandwidth(cuda, torch.bfloat16, nbytes=256 << 20, reps=4)
     assert set(bw["patterns"]) == {"copy", "read", "gemv", "native"}
     assert bw["gbps"] == max(bw["patterns"].values())
-    from floorline.native import kernels
 
     w = torch.randn(4096, bandwidth.GEMV_COLS, device=cuda, dtype=torch.bfloat16)
     x = torch.randn(bandwidth.GEMV_COLS, device=cuda)
-    y = kernels.tri_gemv(w, x, config=bandwidth.NATIVE_TILE)
+    y = G.tri_gemv(w, x, config=bandwidth.NATIVE_TILE)
     assert ((y - w.float() @ x).norm() / (w.float() @ x).norm()).item() < 1e-5
 
 

@@ -4,8 +4,8 @@ breakdown adds up."""
 import pytest
 import torch
 
-from floorline.explain import explain
-from floorline.measure import RunConfig
+from floorline.bench.config import RunConfig
+from floorline.bench.explain import explain
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,9 @@ import dataclasses
 import pytest
 import torch
 
-from floorline import floor, measure, models, quant, runtimes, zoo
+from floorline import quant
+from floorline.bench import config, measure, models, runtimes
+from floorline.core import floor, zoo
 from floorline.quant import base
 
 pytestmark = pytest.mark.gpu
@@ -142,7 +144,7 @@ def test_run_records_the_quant_fields_and_the_kernel_chain():
     if name is None:
         pytest.skip("no quant library here")
     b = quant.get(name)
-    cfg = measure.RunConfig("tiny-llama", [128], ["graph"], dtype=b.dtypes[0], device="cuda", warmup=2, steps=5,
+    cfg = config.RunConfig("tiny-llama", [128], ["graph"], dtype=b.dtypes[0], device="cuda", warmup=2, steps=5,
                             quant=name, energy=False, kernels=True)
     if b.supports(64, 128):  # tiny-llama's k/v are 64 wide: a backend that cannot store them refuses clearly
         with pytest.raises(measure.UserError, match="cannot store"):

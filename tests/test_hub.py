@@ -7,10 +7,10 @@ import json
 import shutil
 
 import pytest
-
 from conftest import run_cli
-from floorline import floor, hub, zoo
-from floorline.errors import UserError
+
+from floorline.core import floor, hub, zoo
+from floorline.core.errors import UserError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

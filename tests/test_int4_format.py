@@ -98,51 +98,53 @@ def test_cuda_gemv_source_compiles_where_nvrtc_exists():
     for flags, cfg in [(int4_cuda._flags(), (8, 2, 1, 0, 0)), (int4_cuda._flags(pro=1, glu=1, bias=1, pdl=1, xpt=4),
                                                                (4, 2, 1, 1, 0)),
                        (int4_cuda._flags(acc=1, atomic=1, xbf16=1), (8, 1, 4, 0, 6)),
-                       (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=4), (8, 2, 1, 0, 0, 1)),
-                       (int4_cuda._flags(acc=1, atomic=1, pdl=3), (16, 2, 4, 0, 0, 0, 4)),
-                       (int4_cuda._flags(pro=1, bias=1, pdl=3, xpt=2), (8, 1, 1, 0, 4, 0, 2))]:
+                       (int4_cuda._flags(pro=1, bias=1, pdl=1, xpt=4), (8, 2, 1, 0, 0, 1)),
+                       (int4_cuda._flags(acc=1, atomic=1, pdl=1), (16, 2, 4, 0, 0, 0, 4)),
+                       (int4_cuda._flags(pro=1, bias=1, pdl=1, xpt=2), (8, 1, 1, 0, 4, 0, 2))]:
         assert len(int4_cuda.compile_source(flags, cfg, f"sm_{major}{minor}")) > 1000
 
 
 def test_compiled_kernels_are_cached_on_disk_by_source_and_switches(tmp_path, monkeypatch):
     """Each run cell is a fresh process: the cubin comes from the cache once compiled, and a changed switch or
     source compiles anew (compile_source stubbed: this machine has no NVRTC)."""
-    from floorline.native import int4_cuda
+    from floorline.native import int4_cuda, nvrtc
 
     monkeypatch.setenv("FLOORLINE_CACHE", str(tmp_path))
     calls = []
     monkeypatch.setattr(int4_cuda, "compile_source", lambda f, c, a: calls.append((f, c, a)) or repr(calls).encode())
+    digest = nvrtc.source_digest
     first = int4_cuda._cubin(int4_cuda._flags(), (8, 2, 1, 0, 0), "sm_90")
     assert int4_cuda._cubin(int4_cuda._flags(), (8, 2, 1, 0, 0), "sm_90") == first and len(calls) == 1
     int4_cuda._cubin(int4_cuda._flags(pro=1), (8, 2, 1, 0, 0), "sm_90")
-    monkeypatch.setattr(int4_cuda, "SOURCE", int4_cuda.SOURCE + "\n")
+    monkeypatch.setattr(nvrtc, "source_digest", lambda name: digest(name) + "changed")  # an edited .cu file
     int4_cuda._cubin(int4_cuda._flags(), (8, 2, 1, 0, 0), "sm_90")
     assert len(calls) == 3 and len(list((tmp_path / "int4_cuda").glob("*.cubin"))) == 3
 
 
 def test_the_tuned_configs_are_named_for_the_records(monkeypatch):
     from floorline.native import int4_cuda
+    from floorline.native.tuner import TUNER
 
-    monkeypatch.setattr(int4_cuda, "_BEST", {("cuda:0", 37888, 3584, 1, True, False, False, None, None, 1):
-                                             (8, 2, 1, 0, 0, 3),
-                                             ("cuda:0", 3584, 18944, 0, False, True, False, None, None, 1):
-                                             (8, 1, 4, 0, 6, 0)})
+    monkeypatch.setattr(TUNER, "int4_best", {("cuda:0", 37888, 3584, 1, True, False, False, None, None, 1):
+                                           (8, 2, 1, 0, 0, 3),
+                                           ("cuda:0", 3584, 18944, 0, False, True, False, None, None, 1):
+                                           (8, 1, 4, 0, 6, 0)})
     assert int4_cuda.tuned() == {"37888x3584 norm glu": "w8 ahead2 k1 p3", "3584x18944 acc": "w8 async6 k4"}
 
 
 def test_a_persistent_grid_compiles_once_whatever_its_size():
     """Configs differing only in persistent blocks an SM share one compiled kernel (the grid is sized at launch);
-    the loop over row blocks is compiled in only where it is set; bench's --int4-config takes 5, 6 or 7 fields."""
+    the loop over row blocks is compiled in only where it is set; a given config takes 5, 6 or 7 fields."""
     from floorline.native import int4_cuda
 
     assert int4_cuda.compile_key((8, 2, 1, 0, 0, 2)) == int4_cuda.compile_key((8, 2, 1, 0, 0, 3)) == (8, 2, 1, 0, 0, 1)
     assert int4_cuda.compile_key((8, 2, 1, 0, 0, 0)) == (8, 2, 1, 0, 0, 0)
-    assert int4_cuda.parse_config("8,2,1,0,0") == (8, 2, 1, 0, 0, 0, 1)
-    assert int4_cuda.parse_config("4,2,4,0,0,6") == (4, 2, 4, 0, 0, 6, 1)
+    assert int4_cuda.check_config((8, 2, 1, 0, 0)) == (8, 2, 1, 0, 0, 0, 1)
+    assert int4_cuda.check_config((4, 2, 4, 0, 0, 6)) == (4, 2, 4, 0, 0, 6, 1)
     with pytest.raises(ValueError, match="persist"):
-        int4_cuda.parse_config("8,2,1")
+        int4_cuda.check_config((8, 2, 1))
     with pytest.raises(ValueError, match="register buffers"):  # the cp.async path does one row block a block
-        int4_cuda.parse_config("8,1,1,0,4,2")
+        int4_cuda.check_config((8, 1, 1, 0, 4, 2))
     # persistent configs take the register buffers (the cp.async ring and the flat kernel take one row block a block)
     assert all(c[3] == 0 and c[4] == 0 for c in int4_cuda.CONFIGS if c[5])
     assert any(c[5] for c in int4_cuda.configs_for(37888, 3584, True, False))
@@ -156,11 +158,11 @@ def test_row_tiles_a_block_fit_the_shape_and_name_the_config():
 
     assert int4_cuda.compile_key((16, 2, 4, 0, 0, 0, 4)) == (16, 2, 4, 0, 0, 0, 4)
     assert int4_cuda.compile_key((16, 2, 4, 0, 0, 0, 1)) == (16, 2, 4, 0, 0, 0)
-    assert int4_cuda.parse_config("16,2,4,0,0,0,4") == (16, 2, 4, 0, 0, 0, 4)
+    assert int4_cuda.check_config((16, 2, 4, 0, 0, 0, 4)) == (16, 2, 4, 0, 0, 0, 4)
     assert int4_cuda.config_name((16, 2, 4, 0, 0, 0, 4)) == "w16 ahead2 k4 t4"
     assert int4_cuda.config_name((8, 2, 1, 0, 0, 3)) == "w8 ahead2 k1 p3"
     with pytest.raises(ValueError, match="row tiles"):
-        int4_cuda.parse_config("16,2,4,0,0,0,0")
+        int4_cuda.check_config((16, 2, 4, 0, 0, 0, 0))
     down = int4_cuda.configs_for(3584, 18944, False, True)
     assert (16, 2, 4, 0, 0, 0, 4) in down and (8, 2, 8, 0, 0, 0, 4) in down
     assert all(c[6] == 1 for c in int4_cuda.configs_for(37888, 3584, True, False))

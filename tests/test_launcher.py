@@ -3,8 +3,8 @@ lines; a timeout kills the child's whole process group."""
 
 from __future__ import annotations
 
-from floorline import launcher
-from floorline.measure import RunConfig
+from floorline.bench.config import RunConfig
+from floorline.study import launcher
 
 TINY = dict(device="cpu", warmup=1, steps=3, dtype="bf16", prefill_chunk=16)
 

@@ -14,10 +14,10 @@ import math
 from pathlib import Path
 
 import pytest
-
 from conftest import read_jsonl_strict, run_cli
-from floorline import floor, gguf, zoo
-from floorline.errors import UserError
+
+from floorline.core import floor, gguf, zoo
+from floorline.core.errors import UserError
 
 DATA = Path(__file__).parent / "data"
 JSON, JSONL = DATA / "llamabench_tiny_llama.json", DATA / "llamabench_tiny_llama.jsonl"

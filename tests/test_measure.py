@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from floorline import bandwidth, floor, measure, models, zoo
-from floorline.errors import UserError
-from floorline.measure import RunConfig
+from floorline.bench import bandwidth, config, device, measure, models
+from floorline.bench.config import RunConfig
+from floorline.core import floor, zoo
+from floorline.core.errors import UserError
 
 
 def cfg(**kw) -> RunConfig:
@@ -15,25 +16,23 @@ def cfg(**kw) -> RunConfig:
                         "steps": 5, **kw})
 
 
-def test_memory_need_counts_the_native_fused_mlps_copy_of_down(monkeypatch):
+def test_memory_need_counts_the_native_fused_mlps_copy_of_down():
     a = zoo.ZOO["tiny-llama"]
-    plain = measure.memory_need(cfg(), a, 64, False)
-    monkeypatch.delenv("FLOORLINE_FUSED_MLP", raising=False)
-    native = measure.memory_need(cfg(modes=["native"]), a, 64, False)
+    plain = config.memory_need(cfg(), a, 64, False)
+    native = config.memory_need(cfg(modes=["native"]), a, 64, False)
     dense = floor.weight_format(cfg().dtype).dense_bytes
     assert native[0] - plain[0] == a.layers * a.intermediate * a.hidden * dense and native[1] == plain[1]
-    assert measure.memory_need(cfg(modes=["native"], quant="int4"), a, 64, False)[0] == plain[0]  # two GEMVs
-    monkeypatch.setenv("FLOORLINE_FUSED_MLP", "0")
-    assert measure.memory_need(cfg(modes=["native"]), a, 64, False) == plain
+    assert config.memory_need(cfg(modes=["native"], quant="int4"), a, 64, False)[0] == plain[0]  # two GEMVs
+    assert config.memory_need(cfg(modes=["native"], native="mlp=gemv"), a, 64, False) == plain
 
 
 # ------------------------------------------------------------------------------------------------------ validate
 def test_validate_accepts_the_last_context_that_fits():
     a = zoo.ZOO["tiny-llama"]
-    decode = 1 + 5 + measure.SLACK_TOKENS
-    measure.validate(cfg(ctxs=[a.max_pos - decode]), a)
+    decode = 1 + 5 + config.SLACK_TOKENS
+    config.validate(cfg(ctxs=[a.max_pos - decode]), a)
     with pytest.raises(UserError, match=f"use --ctx {a.max_pos - decode} or less"):
-        measure.validate(cfg(ctxs=[64, a.max_pos - decode + 1]), a)
+        config.validate(cfg(ctxs=[64, a.max_pos - decode + 1]), a)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -43,50 +42,50 @@ def test_validate_accepts_the_last_context_that_fits():
 ])
 def test_validate_rejects(kw, match):
     with pytest.raises(UserError, match=match):
-        measure.validate(cfg(**kw), zoo.ZOO["tiny-llama"])
+        config.validate(cfg(**kw), zoo.ZOO["tiny-llama"])
 
 
 def test_cache_len():
     c = cfg(ctxs=[64, 128], warmup=2, steps=10)
     a = zoo.ZOO["tiny-llama"]
-    assert measure.cache_len(c, a, 128, energy=False) == 128 + 2 + 10 + measure.SLACK_TOKENS
-    assert measure.cache_len(c, a, 64, energy=True) == 64 + 2 + 10 + measure.SLACK_TOKENS + measure.ENERGY_MAX_TOKENS
+    assert config.cache_len(c, a, 128, energy=False) == 128 + 2 + 10 + config.SLACK_TOKENS
+    assert config.cache_len(c, a, 64, energy=True) == 64 + 2 + 10 + config.SLACK_TOKENS + config.ENERGY_MAX_TOKENS
     # near the max position the energy window shrinks so no token decodes past it
-    near = a.max_pos - 2 - 10 - measure.SLACK_TOKENS - 100
-    assert measure.energy_tokens(c, a, near, True) == 100
-    assert measure.cache_len(c, a, near, energy=True) == a.max_pos
-    assert measure.energy_tokens(c, a, near + 100, True) == 0
-    assert measure.SLACK_TOKENS >= max(r.prepare_tokens for r in measure.runtimes.RUNTIMES.values())
+    near = a.max_pos - 2 - 10 - config.SLACK_TOKENS - 100
+    assert config.energy_tokens(c, a, near, True) == 100
+    assert config.cache_len(c, a, near, energy=True) == a.max_pos
+    assert config.energy_tokens(c, a, near + 100, True) == 0
+    assert config.SLACK_TOKENS >= max(r.prepare_tokens for r in config.runtimes.RUNTIMES.values())
 
 
 def test_expand_modes():
     cpu = torch.device("cpu")
-    assert measure.expand_modes(["all"], cpu) == ["eager", "static"]
-    assert measure.expand_modes(["static", "eager", "static"], cpu) == ["static", "eager"]
-    assert measure.expand_modes(["all"], torch.device("cuda")) == ["eager", "static", "graph", "compile", "native"]
-    assert measure.expand_modes(["all"], torch.device("cuda"), "int4") == measure.expand_modes(["all"], torch.device("cuda"))
-    assert "native" not in measure.expand_modes(["all"], torch.device("cuda"), "nf4")  # native runs dense or int4
+    assert config.expand_modes(["all"], cpu) == ["eager", "static"]
+    assert config.expand_modes(["static", "eager", "static"], cpu) == ["static", "eager"]
+    assert config.expand_modes(["all"], torch.device("cuda")) == ["eager", "static", "graph", "compile", "native"]
+    assert config.expand_modes(["all"], torch.device("cuda"), "int4") == config.expand_modes(["all"], torch.device("cuda"))
+    assert "native" not in config.expand_modes(["all"], torch.device("cuda"), "nf4")  # native runs dense or int4
     with pytest.raises(UserError):
-        measure.expand_modes(["eager", "graph"], cpu)
+        config.expand_modes(["eager", "graph"], cpu)
     with pytest.raises(UserError):
-        measure.expand_modes(["fast"], cpu)
+        config.expand_modes(["fast"], cpu)
 
 
 def test_resolve_device():
-    assert measure.resolve_device("cpu") == torch.device("cpu")
-    assert measure.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert device.resolve_device("cpu") == torch.device("cpu")
+    assert device.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(UserError):
-        measure.resolve_device("tpu")
+        device.resolve_device("tpu")
     with pytest.raises(UserError):
-        measure.resolve_device("not a device")
+        device.resolve_device("not a device")
     with pytest.raises(UserError):
-        measure.resolve_device("cuda:64")
+        device.resolve_device("cuda:64")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_resolve_cuda_without_gpu():
     with pytest.raises(UserError, match="no CUDA GPU"):
-        measure.resolve_device("cuda")
+        device.resolve_device("cuda")
 
 
 # -------------------------------------------------------------------------------------------------- memory check
@@ -150,12 +149,6 @@ def test_judge_below_the_floor_is_invalid():
     assert rec["valid"] is False and "below the memory floor" in rec["reason"]
 
 
-def test_judge_a_boundary_probe_is_invalid():
-    """FLOORLINE_PROBE_NO_WAIT runs kernels on inputs not yet written: its time is a probe, never a result."""
-    rec, _, _ = _judged(20.0, 4000.0, 0, native_probe_no_wait=["down"])
-    assert rec["valid"] is False and "FLOORLINE_PROBE_NO_WAIT=down" in rec["reason"]
-
-
 def test_judge_below_the_floor_but_cache_resident_is_a_warning():
     rec, strict, _ = _judged(1e-4, 4000.0, cache_bytes=64 << 20, model="tiny-llama", ctx=64)
     assert 1e-4 < strict.ms(4000.0)
@@ -202,12 +195,12 @@ def test_the_floor_and_the_verdict_use_the_best_pattern(monkeypatch):
 
 def test_dtype_auto_follows_native_bf16(monkeypatch):
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)
-    assert measure.with_defaults(cfg(dtype="auto", prefill_chunk=None), "cpu").dtype == "fp32"
+    assert config.with_defaults(cfg(dtype="auto", prefill_chunk=None), "cpu").dtype == "fp32"
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
-    c = measure.with_defaults(cfg(dtype="auto", prefill_chunk=None), "cpu")
-    assert c.dtype == "bf16" and c.prefill_chunk == measure.PREFILL_CHUNK["cpu"]
-    assert measure.with_defaults(cfg(dtype="auto"), "cuda").dtype == "bf16"
-    assert measure.with_defaults(cfg(dtype="fp16", prefill_chunk=7), "cpu").dtype == "fp16"  # given: kept
+    c = config.with_defaults(cfg(dtype="auto", prefill_chunk=None), "cpu")
+    assert c.dtype == "bf16" and c.prefill_chunk == config.PREFILL_CHUNK["cpu"]
+    assert config.with_defaults(cfg(dtype="auto"), "cuda").dtype == "bf16"
+    assert config.with_defaults(cfg(dtype="fp16", prefill_chunk=7), "cpu").dtype == "fp16"  # given: kept
 
 
 def test_aten_capability_below_avx512_means_no_native_bf16(monkeypatch):
@@ -218,7 +211,7 @@ def test_aten_capability_below_avx512_means_no_native_bf16(monkeypatch):
 
 
 def test_prefill_reports_its_progress(tiny_llama_fp32):
-    from floorline import runtimes
+    from floorline.bench import runtimes
 
     rt = runtimes.get("eager", "cpu")(tiny_llama_fp32, 128)
     seen = []

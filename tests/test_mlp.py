@@ -1,4 +1,4 @@
-"""The fused MLP (native/mlp.py; the default, FLOORLINE_FUSED_MLP=0 turns it off): its kernel under Triton's
+"""The fused MLP (native/mlp.py; the default, NativeOptions mlp=gemv turns it off): its kernel under Triton's
 interpreter against the torch reference, and the native model with it against HF in fp32 (the three residual buffers
 in turn, step after step)."""
 
@@ -9,10 +9,14 @@ import torch
 
 triton = pytest.importorskip("triton", reason="mode native's kernels need Triton: pip install 'floorline[native]'")
 from conftest import load_script  # noqa: E402
-from floorline.errors import UserError  # noqa: E402
-from floorline.native import kernels as K  # noqa: E402
-from floorline.native import mlp as M  # noqa: E402
 from test_native import _compare_with_hf, _rand, _rel, interpreted  # noqa: E402
+
+from floorline.native import INTERPRET  # noqa: E402
+from floorline.native import ends as E  # noqa: E402
+from floorline.native import mlp as M  # noqa: E402
+from floorline.native import refs as R  # noqa: E402
+from floorline.native.options import NativeOptions  # noqa: E402
+from floorline.native.tuner import TUNER  # noqa: E402
 
 
 @interpreted
@@ -34,8 +38,8 @@ def test_fused_mlp_matches_its_reference_and_zeroes_the_next_buffer(hidden, inte
     assert _rel(out, want) < 1e-5
     assert torch.equal(x, x0) and not zero.any()
     # the reference is the two-GEMV path's math: gate_up with RMSNorm and glu, then down adding into the residual
-    act = K.ref_gemv(gate_up, x0, pro=K.PRO_RMSNORM, norm_w=norm_w, eps=1e-6, glu=True)
-    two = K.ref_gemv(down_t.t().contiguous(), act, residual=x0)
+    act = R.ref_gemv(gate_up, x0, pro=R.PRO_RMSNORM, norm_w=norm_w, eps=1e-6, glu=True)
+    two = R.ref_gemv(down_t.t().contiguous(), act, residual=x0)
     assert _rel(two, want) < 1e-5
 
 
@@ -56,7 +60,7 @@ def test_the_fused_mlp_touches_activations_only_after_its_wait():
     root = Path(__file__).resolve().parents[1]
     code = (f"import json, re, sys; sys.path[:0] = [{str(root / 'scripts')!r}, {str(root / 'src')!r}]\n"
             "import gemv_sass; from floorline.native import mlp\n"
-            "before, after = gemv_sass.mlp_sass(mlp._mlp, *mlp.CANDIDATES[0][:2], 3584, 3).split('ACQBULK', 1)\n"
+            "before, after = gemv_sass.mlp_sass(mlp._mlp, *mlp.CANDIDATES[0][:2], 3584, 1).split('ACQBULK', 1)\n"
             "ops = lambda t: sorted(set(re.findall(r'\\b(?:LDG|STG|REDG?|ATOMG?)[.\\w]*', t)))\n"
             "print(json.dumps([ops(before), ops(after)]))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
@@ -66,7 +70,7 @@ def test_the_fused_mlp_touches_activations_only_after_its_wait():
     assert {"LDG.E.128", "STG.E"} <= set(after) and any(op.startswith("REDG.E.ADD.F32x4") for op in after), after
 
 
-def test_fused_mlp_refuses_bad_operands_and_a_bad_switch(monkeypatch):
+def test_fused_mlp_refuses_bad_operands():
     gate_up, down_t = torch.zeros(8, 16, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.bfloat16)
     x, one = torch.zeros(16), torch.ones(16)
     with pytest.raises(ValueError, match="three distinct fp32 vectors of 16"):
@@ -79,58 +83,33 @@ def test_fused_mlp_refuses_bad_operands_and_a_bad_switch(monkeypatch):
         M.tri_mlp(gate_up, torch.zeros(16, 4, dtype=torch.bfloat16).t(), x, torch.zeros(16), torch.zeros(16), one,
                   1e-6)
     with pytest.raises(ValueError, match="followed by n more floats"):  # the embedding's zero_next needs row 1
-        K.tri_embed(torch.zeros(8, 16), torch.zeros(1, dtype=torch.long), torch.zeros(16), zero_next=True)
+        E.tri_embed(torch.zeros(8, 16), torch.zeros(1, dtype=torch.long), torch.zeros(16), zero_next=True)
     assert M.fitting(18944)[0] == M.CANDIDATES[0] and M.fitting(7) == [(1, 16, 1)]
-    monkeypatch.setenv("FLOORLINE_FUSED_MLP", "yes")
-    with pytest.raises(UserError, match="FLOORLINE_FUSED_MLP='yes': use 0 or 1"):
-        M.enabled()
-    monkeypatch.setenv("FLOORLINE_FUSED_MLP", "0")
-    assert not M.enabled()
-    monkeypatch.delenv("FLOORLINE_FUSED_MLP")
-    assert M.enabled()  # the default
-
-
-def test_the_boundary_probe_names_the_fused_mlp_and_refuses_its_gemvs(monkeypatch):
-    """FLOORLINE_PROBE_NO_WAIT=mlp (or all) probes the fused kernel; naming gate_up or down, kernels the fused step
-    does not launch, is a one-line error (it would time a plain step as a probe), and fine with
-    FLOORLINE_FUSED_MLP=0."""
-    from floorline import models, zoo
-    from floorline.native.model import NativeModel
-
-    monkeypatch.setattr(K, "_pdl_default", lambda: 3)
-    for kinds, want in (({"mlp"}, K.PDL_NO_WAIT), ({"all"}, K.PDL_NO_WAIT), ({"o"}, 3)):
-        monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset(kinds))
-        assert K._pdl_for("mlp") == want
-    m = models.build_random(zoo.ZOO["tiny-llama"], torch.device("cpu"), "fp32", seed=0)
-    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({"down"}))
-    with pytest.raises(UserError, match="one kernel here .* name mlp, or set FLOORLINE_FUSED_MLP=0"):
-        NativeModel(m, 64, ops="torch")
-    monkeypatch.setenv("FLOORLINE_FUSED_MLP", "0")
-    assert not NativeModel(m, 64, ops="torch").fused_mlp
 
 
 @interpreted
 def test_the_step_retune_times_only_the_shapes_this_step_launches(monkeypatch):
     """A shape left from an earlier model in the process is not re-timed (nor reported) for this one."""
-    from floorline import timing
+    from floorline.device import timing
 
     tuned = []
     monkeypatch.setattr(timing, "fastest_in_step", lambda cands, use, capture, state, reps: (
         tuned.append(list(cands)), use(cands[0]), {c: 1.0 for c in cands})[2])
-    monkeypatch.setattr(M, "_USED", {(4096, 14336)})  # an earlier model's
+    monkeypatch.setattr(TUNER, "used", {("mlp", (4096, 14336))})  # an earlier model's
     gate_up, down_t = _rand(24, 32, dtype=torch.bfloat16), _rand(12, 32, dtype=torch.bfloat16)
     bufs = torch.zeros(3, 32)
     M.retune_in_step(lambda: M.tri_mlp(gate_up, down_t, bufs[0], bufs[1], bufs[2], torch.ones(32), 1e-6), [])
-    assert tuned == [M.fitting(12)] and list(M.last_step_tuning) == ["12x32 mlp"]
+    assert tuned == [M.fitting(12)] and list(TUNER.step_tuning["mlp"]) == ["12x32 mlp"]
 
 
-def test_the_native_step_fuses_dense_mlps_by_default(monkeypatch):
+def test_the_native_step_fuses_dense_mlps_by_default():
     """The default: three residual buffers and down^T; test_native's comparisons with HF (both tiny models, both ops)
     run this path. int4 keeps the two GEMVs."""
-    from floorline import models, quant, zoo
+    from floorline import quant
+    from floorline.bench import models
+    from floorline.core import zoo
     from floorline.native.model import NativeModel
 
-    monkeypatch.delenv("FLOORLINE_FUSED_MLP", raising=False)
     m = models.build_random(zoo.ZOO["tiny-qwen2"], torch.device("cpu"), "fp32", seed=0)
     net = NativeModel(m, 64, ops="torch")
     assert net.fused_mlp and net.xs.shape[0] == 3 and len(net.layers) % 3 != 0  # the last output not in buffer 0
@@ -141,32 +120,29 @@ def test_the_native_step_fuses_dense_mlps_by_default(monkeypatch):
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
 @pytest.mark.parametrize("ops", ["torch", "triton"])
-def test_native_without_the_fused_mlp_matches_hf_in_fp32(name, ops, monkeypatch):
-    """FLOORLINE_FUSED_MLP=0: gate_up then down, the residual in place (dense weights; what int4 always runs)."""
-    if ops == "triton" and not K.INTERPRET:
+def test_native_without_the_fused_mlp_matches_hf_in_fp32(name, ops):
+    """mlp=gemv: gate_up then down, the residual in place (dense weights; what int4 always runs)."""
+    if ops == "triton" and not INTERPRET:
         pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1; on a GPU: test_gpu_native.py")
-    monkeypatch.setenv("FLOORLINE_FUSED_MLP", "0")
-    from floorline import models, zoo
+    from floorline.bench import models
+    from floorline.core import zoo
     from floorline.native.model import NativeModel
 
-    net = NativeModel(models.build_random(zoo.ZOO[name], torch.device("cpu"), "fp32", seed=0), 64, ops=ops)
+    gemv = NativeOptions(mlp="gemv")
+    net = NativeModel(models.build_random(zoo.ZOO[name], torch.device("cpu"), "fp32", seed=0), 64, ops=ops,
+                      options=gemv)
     assert not net.fused_mlp and net.xs.shape[0] == 1
-    assert _compare_with_hf(name, ops) < 1e-5
+    assert _compare_with_hf(name, ops, options=gemv) < 1e-5
 
 
 @interpreted
-@pytest.mark.parametrize("hidden, inter, config, split", [
-    (48, 14, (4, 4, 3), "rows"),  # 14 rows over 3 programs: 4, 5, 5 -- a full tile, then a short one (1 row)
-    (40, 12, (4, 4, 5), "rows"),  # 2-3 rows a program: every tile short
-    (32, 16, (2, 8, 2), "rows"),  # even
-    (48, 16, (4, 4, 3), "tiles"),  # whole tiles: 4 over 3 programs (1, 1, 2)
-    (48, 20, (4, 4, 2), "strided"),  # 5 tiles, strided over 2 programs: 0, 2, 4 and 1, 3
+@pytest.mark.parametrize("hidden, inter, config", [
+    (48, 14, (4, 4, 3)),  # 14 rows over 3 programs: 4, 5, 5 -- a full tile, then a short one (1 row)
+    (40, 12, (4, 4, 5)),  # 2-3 rows a program: every tile short
+    (32, 16, (2, 8, 2)),  # even
 ])
-def test_every_split_of_the_mlp_matches_its_reference(hidden, inter, config, split, monkeypatch):
-    """FLOORLINE_MLP_SPLIT=rows (the default): each program an even share of the intermediate rows, its last tile
-    masked where short (zero rows give h = 0); tiles: whole tiles a program; strided: tile p, p + P, ...; each against
-    the torch reference; a bad value is a one-line error."""
-    monkeypatch.setenv("FLOORLINE_MLP_SPLIT", split)  # the environment's choice, then the same as an argument
+def test_the_row_split_of_the_mlp_matches_its_reference(hidden, inter, config):
+    """Each program an even share of the intermediate rows, its last tile masked where short (zero rows give h = 0)."""
     gate_up = _rand(2 * inter, hidden, dtype=torch.bfloat16, scale=0.1)
     down_t = _rand(inter, hidden, dtype=torch.bfloat16, scale=0.1)
     norm_w, x = _rand(hidden) + 1, _rand(hidden)
@@ -174,14 +150,3 @@ def test_every_split_of_the_mlp_matches_its_reference(hidden, inter, config, spl
     M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=config)
     want = M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)
     assert _rel(out, want) < 1e-5 and not zero.any()
-    monkeypatch.delenv("FLOORLINE_MLP_SPLIT")
-    out.zero_()
-    M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=config, split=split)
-    assert _rel(out, want) < 1e-5
-    with pytest.raises(ValueError, match="split 'rowz' is not one of"):
-        M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=config, split="rowz")
-    monkeypatch.setenv("FLOORLINE_MLP_SPLIT", "yes")
-    with pytest.raises(UserError, match="FLOORLINE_MLP_SPLIT='yes': use tiles, rows, strided"):
-        M.split_mode()
-    monkeypatch.delenv("FLOORLINE_MLP_SPLIT")
-    assert M.split_mode() == "rows"  # the default

@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import load_script, native_vs_hf, run_cli
-from floorline import models, quant, zoo
+
+from floorline import quant
+from floorline.bench import models
+from floorline.core import zoo
 from floorline.native import int4_format
 
 triton = pytest.importorskip("triton", reason="mode native's kernels need Triton: pip install 'floorline[native]'")
-from floorline.native import kernels as K  # noqa: E402
+from floorline.native import INTERPRET  # noqa: E402
+from floorline.native import attention as A  # noqa: E402
+from floorline.native import ends as E  # noqa: E402
+from floorline.native import gemv as G  # noqa: E402
+from floorline.native import refs as R  # noqa: E402
 from floorline.native.model import NativeModel  # noqa: E402
+from floorline.native.tuner import TUNER  # noqa: E402
 
 GEN = torch.Generator().manual_seed(0)
-interpreted = pytest.mark.skipif(not K.INTERPRET, reason="runs the kernels on CPU tensors under TRITON_INTERPRET=1 "
+interpreted = pytest.mark.skipif(not INTERPRET, reason="runs the kernels on CPU tensors under TRITON_INTERPRET=1 "
                                                          "(set when there is no GPU); on a GPU: test_gpu_native.py")
 
 
@@ -30,7 +37,7 @@ def _rel(a, b):
 
 # ---------------------------------------------------------------------------------------------------- kernels
 @interpreted
-@pytest.mark.parametrize("pro, glu", [(K.PRO_NONE, False), (K.PRO_RMSNORM, False), (K.PRO_RMSNORM, True)])
+@pytest.mark.parametrize("pro, glu", [(R.PRO_NONE, False), (R.PRO_RMSNORM, False), (R.PRO_RMSNORM, True)])
 @pytest.mark.parametrize("bias, res, k, stages, ahead", [(False, False, 256, 0, 1), (True, True, 768, 0, 1),
                                                         (True, True, 768, 3, 1), (False, False, 256, 0, 2),
                                                         (True, True, 768, 0, 2), (True, False, 1024, 0, 2),
@@ -41,50 +48,35 @@ def test_gemv_bf16_matches_its_reference(pro, glu, bias, res, k, stages, ahead):
     # first tile from registers, the rest (none at k 256) through the cp.async pipeline
     w = _rand(n, k, dtype=torch.bfloat16, scale=0.05)
     x = _rand(k)
-    kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None, glu=glu,
+    kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == R.PRO_RMSNORM else None, glu=glu,
               bias=_rand(n) if bias else None, residual=_rand(n // 2 if glu else n) if res and not glu else None)
-    want = K.ref_gemv(w, x, **kw)
-    got = K.tri_gemv(w, x, **kw, config={"STAGES": stages, "AHEAD": ahead})
+    want = R.ref_gemv(w, x, **kw)
+    got = G.tri_gemv(w, x, **kw, config={"STAGES": stages, "AHEAD": ahead})
     assert got.dtype == torch.float32 and got.shape == (n // 2 if glu else n,)
     assert _rel(got, want) < 1e-5
-
-
-def test_the_boundary_probe_skips_the_wait_of_the_kinds_it_names_and_only_under_pdl(monkeypatch):
-    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({"down", "merge"}))
-    monkeypatch.setattr(K, "_pdl_default", lambda: 3)
-    assert [K._pdl_for(k) for k in ("down", "merge", "o", "")] == [K.PDL_NO_WAIT, K.PDL_NO_WAIT, 3, 3]
-    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({"all"}))
-    assert K._pdl_for("qkv") == K.PDL_NO_WAIT
-    monkeypatch.setattr(K, "_pdl_default", lambda: 0)  # no PDL (a CPU, the interpreter): plain stream order
-    assert K._pdl_for("qkv") == 0
-    monkeypatch.setattr(K, "PROBE_NO_WAIT", frozenset({"dwn"}))  # a typo: an error, not a plain step timed
-    from floorline.errors import UserError
-
-    with pytest.raises(UserError, match="FLOORLINE_PROBE_NO_WAIT='dwn': use a comma list of qkv, attn"):
-        K._pdl_for("down")
 
 
 @pytest.mark.parametrize("table", ["_BF16", "_INT4"])
 def test_autotuning_offers_split_k_only_to_in_place_plain_gemvs(table):
     """Split-K adds partial sums into the output: only with ACC, no norm (it needs all of x), no glu, 2+ tiles each."""
     def splits(k, **flags):
-        kept = K._prune(getattr(K, table), {"N": 3584, "K": k}, INT4=table == "_INT4", **flags)
+        kept = G._prune(getattr(G, table), {"N": 3584, "K": k}, INT4=table == "_INT4", **flags)
         # retune_in_step's trials are what the autotuner considered
-        assert K._CANDIDATES[(3584, k, flags["PRO"], flags["GLU"], flags["ACC"], table == "_INT4")] == kept
+        assert TUNER.gemv_candidates[(3584, k, flags["PRO"], flags["GLU"], flags["ACC"], table == "_INT4")] == kept
         return {c.kwargs["SPLIT"] for c in kept}
 
-    assert splits(18944, PRO=K.PRO_NONE, GLU=False, ACC=True) > {1}
-    assert splits(18944, PRO=K.PRO_RMSNORM, GLU=False, ACC=True) == {1}
-    assert splits(18944, PRO=K.PRO_NONE, GLU=False, ACC=False) == {1}
-    assert splits(512, PRO=K.PRO_NONE, GLU=False, ACC=True) == {1}  # at most two tiles: too few to split
+    assert splits(18944, PRO=R.PRO_NONE, GLU=False, ACC=True) > {1}
+    assert splits(18944, PRO=R.PRO_RMSNORM, GLU=False, ACC=True) == {1}
+    assert splits(18944, PRO=R.PRO_NONE, GLU=False, ACC=False) == {1}
+    assert splits(512, PRO=R.PRO_NONE, GLU=False, ACC=True) == {1}  # at most two tiles: too few to split
 
 
 def test_gemv_reference_is_the_plain_product():
     w, x = _rand(8, 64, scale=0.1), _rand(64)
-    assert torch.allclose(K.ref_gemv(w, x), w @ x, atol=1e-6)
+    assert torch.allclose(R.ref_gemv(w, x), w @ x, atol=1e-6)
     g = _rand(64) + 1
     normed = x / torch.sqrt((x * x).mean() + 1e-6) * g
-    assert torch.allclose(K.ref_gemv(w, x, pro=K.PRO_RMSNORM, norm_w=g), w @ normed, atol=1e-5)
+    assert torch.allclose(R.ref_gemv(w, x, pro=R.PRO_RMSNORM, norm_w=g), w @ normed, atol=1e-5)
 
 
 @interpreted
@@ -102,22 +94,22 @@ def test_gemv_adds_into_its_output_in_place_and_split_k_sums_every_tile_once(fmt
     else:
         w, kw = lin.weight.data.to(torch.bfloat16), dict(bias=lin.bias.data)
     x, res = _rand(k), _rand(n)
-    want = K.ref_gemv(w, x, residual=res, **kw)
+    want = R.ref_gemv(w, x, residual=res, **kw)
     out = res.clone()
-    got = K.tri_gemv(w, x, residual=out, out=out, config={"BK": 128, "SPLIT": split, "STAGES": stages,
+    got = G.tri_gemv(w, x, residual=out, out=out, config={"BK": 128, "SPLIT": split, "STAGES": stages,
                                                           "AHEAD": ahead}, **kw)
     assert got is out
     assert _rel(out, want) < (3e-4 if fmt == "int4" else 1e-5)
     # another residual tensor is copied into the output first, then added to the same way
-    assert _rel(K.tri_gemv(w, x, residual=res, config={"BK": 128, "SPLIT": split}, **kw), want) < (
+    assert _rel(G.tri_gemv(w, x, residual=res, config={"BK": 128, "SPLIT": split}, **kw), want) < (
         3e-4 if fmt == "int4" else 1e-5)
     with pytest.raises(ValueError, match="split-K"):  # partial sums need an output that already holds the start
-        K.tri_gemv(w, x, config={"SPLIT": 2}, **kw)
+        G.tri_gemv(w, x, config={"SPLIT": 2}, **kw)
 
 
 @interpreted
-@pytest.mark.parametrize("pro, glu, k", [(K.PRO_NONE, False, 384), (K.PRO_RMSNORM, False, 1024),
-                                         (K.PRO_RMSNORM, True, 768), (K.PRO_NONE, False, 512)])
+@pytest.mark.parametrize("pro, glu, k", [(R.PRO_NONE, False, 384), (R.PRO_RMSNORM, False, 1024),
+                                         (R.PRO_RMSNORM, True, 768), (R.PRO_NONE, False, 512)])
 @pytest.mark.parametrize("stages", [0, 3])
 def test_gemv_int4_matches_its_reference(pro, glu, k, stages):
     """k = 384, 768: an odd number of tiles (the second register buffer's tail); 1024, 512: an even number."""
@@ -127,19 +119,19 @@ def test_gemv_int4_matches_its_reference(pro, glu, k, stages):
     p = quant.get("int4").pack(lin)
     m = p.module
     x = _rand(k)
-    kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == K.PRO_RMSNORM else None, bias=m.bias, scales=m.scales,
+    kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == R.PRO_RMSNORM else None, bias=m.bias, scales=m.scales,
               zeros=m.zeros, residual=None if glu else _rand(n), glu=glu)
-    want = K.ref_gemv(m.words, x, **kw)
+    want = R.ref_gemv(m.words, x, **kw)
     # the kernel sums (2048 + c) x in fp32 and takes 2048 sum x off after: ~2^-13 of the sums (bf16 rounds at 2^-9)
-    assert _rel(K.tri_gemv(m.words, x, **kw, config={"STAGES": stages}), want) < 3e-4
+    assert _rel(G.tri_gemv(m.words, x, **kw, config={"STAGES": stages}), want) < 3e-4
     # and the reference applies exactly the dequantised weights the check uses
-    assert torch.equal(K.dequant_int4(m.words, m.scales, m.zeros), p.reference)
+    assert torch.equal(R.dequant_int4(m.words, m.scales, m.zeros), p.reference)
 
 
 def test_gemv_glu_is_silu_of_the_gate_half_times_the_up_half():
     w, x = _rand(8, 64, scale=0.1), _rand(64)
     y = w @ x
-    assert torch.allclose(K.ref_gemv(w, x, glu=True), torch.nn.functional.silu(y[:4]) * y[4:], atol=1e-6)
+    assert torch.allclose(R.ref_gemv(w, x, glu=True), torch.nn.functional.silu(y[:4]) * y[4:], atol=1e-6)
 
 
 @interpreted
@@ -151,21 +143,21 @@ def test_rope_kv_write_and_flash_decoding_match_their_references(heads, kv, pos)
     d, length = 32, 160
     qkv = _rand((heads + 2 * kv) * d)
     inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
-    cos, sin = K.rope_tables(inv, length, 1.0, "cpu")
+    cos, sin = R.rope_tables(inv, length, 1.0, "cpu")
     kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
     kc[:, pos:], vc[:, pos:] = 0, 0  # the cache holds positions 0..pos-1
     kr, vr = kc.clone(), vc.clone()
     p = torch.tensor([pos], dtype=torch.int32)
-    want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
-    scratch = K.AttnScratch(heads, kv, d, length, "cpu")
-    got = K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
+    want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
+    scratch = A.AttnScratch(heads, kv, d, length, "cpu")
+    got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
     assert _rel(got, want) < 2e-2  # on a GPU q and the probabilities go through bf16 tensor-core products
     for mine, ref in ((kc, kr), (vc, vr)):  # the written row within one bf16 step (rounding may differ), the rest
         assert torch.allclose(mine[:, pos].float(), ref[:, pos].float(), rtol=2 ** -7, atol=0)  # untouched
         assert mine[:, pos].abs().sum() > 0 and torch.equal(mine[:, :pos], ref[:, :pos])
         assert mine[:, pos + 1:].abs().sum() == 0
     kc[:, pos + 1:], vc[:, pos + 1:] = 1e3, 1e3  # positions after pos are never read
-    assert torch.equal(K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch), got)
+    assert torch.equal(A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch), got)
 
 
 @interpreted
@@ -179,17 +171,17 @@ def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk
     heads, kv, d = 4, 2, 32
     qkv = _rand((heads + 2 * kv) * d)
     inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
-    cos, sin = K.rope_tables(inv, length, 1.0, "cpu")
+    cos, sin = R.rope_tables(inv, length, 1.0, "cpu")
     kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
     kc[:, pos:], vc[:, pos:] = 0, 0
     kr, vr = kc.clone(), vc.clone()
     p = torch.tensor([pos], dtype=torch.int32)
-    want = K.ref_attention(K.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
-    scratch = K.AttnScratch(heads, kv, d, length, "cpu", chunk=chunk, tile=tile, merge=merge)
+    want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
+    scratch = A.AttnScratch(heads, kv, d, length, "cpu", chunk=chunk, tile=tile, merge=merge)
     assert scratch.tile == tile and (pos + 1) % tile != 0  # the last live tile is cut mid-way
     if chunk == 16:
         assert scratch.nchunk > 64  # the merge reads its chunks in more than one block
-    got = K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
+    got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
     assert _rel(got, want) < 2e-2
     assert torch.equal(kc[:, :pos], kr[:, :pos]) and kc[:, pos].abs().sum() > 0
 
@@ -201,33 +193,32 @@ def test_the_step_ends_take_the_embedding_row_and_the_first_argmax_and_advance_t
     """_embed and _next_token against index_select and torch.argmax: several programs (the last one partial), equal
     maxima in different programs (the first index wins), negative logits (the packed key's reversed magnitudes), three
     steps in a row on one state (the last program resets it)."""
-    n = {"one program": 700}.get(case, 3 * K.STEP_BLOCK - 100)
-    state = K.next_token_state("cpu")
+    n = {"one program": 700}.get(case, 3 * E.STEP_BLOCK - 100)
+    state = E.next_token_state("cpu")
     tok, pos = torch.zeros(1, dtype=torch.long), torch.tensor([5], dtype=torch.int32)
     embed = _rand(n, 40, dtype=torch.bfloat16)
     x = torch.zeros(40)
     for step in range(3):
         logits = _rand(n) - (50.0 if case == "all negative" else 0.0)
-        top = {"tie across programs": [K.STEP_BLOCK + 7, 2 * K.STEP_BLOCK + 3], "max in the last element": [n - 1]}
+        top = {"tie across programs": [E.STEP_BLOCK + 7, 2 * E.STEP_BLOCK + 3], "max in the last element": [n - 1]}
         for i in top.get(case, []):
             logits[i] = logits.max() + 1.0 if i == top[case][0] else logits[top[case][0]]
-        K.tri_next_token(logits, tok, pos, state)
+        E.tri_next_token(logits, tok, pos, state)
         assert int(tok) == int(logits.argmax()) and int(pos) == 6 + step
         assert state.tolist() == [-(2**63), 0]
-        K.tri_embed(embed, tok, x)
+        E.tri_embed(embed, tok, x)
         assert torch.equal(x, embed[int(tok)].float())
     if case == "tie across programs":
-        assert int(tok) == K.STEP_BLOCK + 7
-    logits[K.STEP_BLOCK // 2] = float("nan")  # a broken model's logits still give a row of the embedding
-    K.tri_next_token(logits, tok, pos, state)
+        assert int(tok) == E.STEP_BLOCK + 7
+    logits[E.STEP_BLOCK // 2] = float("nan")  # a broken model's logits still give a row of the embedding
+    E.tri_next_token(logits, tok, pos, state)
     assert 0 <= int(tok) < n and state.tolist() == [-(2**63), 0]
 
-def test_attention_chunks_grow_with_the_context_to_fill_the_gpu(monkeypatch):
-    monkeypatch.delenv("FLOORLINE_ATTN_CHUNK", raising=False)
-    assert K.attn_chunk_len(2048, 4, 132) == 64  # 4 kv heads x 32 chunks: about one program per SM
-    assert K.attn_chunk_len(16384, 4, 132) == 256  # 256 programs
-    assert K.attn_chunk_len(10 ** 6, 8, 132) == 512  # the most
-    c = K.attn_chunk_len(16384, 8, 132)
+def test_attention_chunks_grow_with_the_context_to_fill_the_gpu():
+    assert A.attn_chunk_len(2048, 4, 132) == 64  # 4 kv heads x 32 chunks: about one program per SM
+    assert A.attn_chunk_len(16384, 4, 132) == 256  # 256 programs
+    assert A.attn_chunk_len(10 ** 6, 8, 132) == 512  # the most
+    c = A.attn_chunk_len(16384, 8, 132)
     assert 16384 // c * 8 >= 1.5 * 132 and 16384 // (2 * c) * 8 < 1.5 * 132
 
 
@@ -238,23 +229,23 @@ def test_int4_words_hold_codes_sixteen_columns_apart_in_each_group():
     assert words.shape == (3, 32) and words.dtype == torch.int32
     s = torch.ones(3, 2, dtype=torch.bfloat16)
     z = torch.zeros(3, 2, dtype=torch.bfloat16)
-    assert torch.equal(K.dequant_int4(words, s, z), codes.float())
+    assert torch.equal(R.dequant_int4(words, s, z), codes.float())
     word = int(words[1, 16 + 5]) & 0xFFFFFFFF  # group 1, word 5
     assert [(word >> 4 * j) & 0xF for j in range(8)] == [int(codes[1, 128 + 16 * j + 5]) for j in range(8)]
 
 
 # ------------------------------------------------------------------------------------------- the whole model
-def _compare_with_hf(name, ops, steps=4, quant_name=None):
+def _compare_with_hf(name, ops, steps=4, quant_name=None, options=None):
     from transformers import DynamicCache
 
-    from floorline.runtimes.base import cache_kwarg
+    from floorline.bench.runtimes.base import cache_kwarg
 
     a = zoo.ZOO[name]
     m = models.build_random(a, torch.device("cpu"), "fp32", seed=0)
     if quant_name:
         quant.convert(m, quant.get(quant_name), torch.float32)
     prompt = torch.randint(0, a.vocab, (1, 40), generator=torch.Generator().manual_seed(1))
-    net = NativeModel(m, 64, ops=ops)
+    net = NativeModel(m, 64, ops=ops, **({"options": options} if options else {}))
     worst = 0.0
     with torch.inference_mode():
         lg = net.prefill(prompt, 16)
@@ -279,14 +270,14 @@ def test_native_matches_hf_in_fp32(name, ops):
     MLP one kernel (mlp.py, the default): the 4 layers cycle through its three residual buffers and back to the first,
     and each step starts over (the embedding zeroes buffer 1 again), so a buffer left unzeroed or read after its layer
     would show in the logits (test_mlp.py: without it)."""
-    if ops == "triton" and not K.INTERPRET:
+    if ops == "triton" and not INTERPRET:
         pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1; on a GPU: test_gpu_native.py")
     assert _compare_with_hf(name, ops) < 1e-5
 
 
 @pytest.mark.parametrize("ops", ["torch", "triton"])
 def test_native_int4_matches_hf_on_the_same_int4_weights(ops):
-    if ops == "triton" and not K.INTERPRET:
+    if ops == "triton" and not INTERPRET:
         pytest.skip("Triton on CPU tensors needs TRITON_INTERPRET=1; on a GPU: test_gpu_native.py")
     assert _compare_with_hf("tiny-qwen2", ops, quant_name="int4") < 1e-4
 
@@ -312,13 +303,13 @@ def test_attention_merge_zeroes_the_qkv_vector_once_read(merge):
     heads, kv, d, length, pos = 4, 2, 32, 160, 100
     qkv = _rand((heads + 2 * kv) * d)
     inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
-    cos, sin = K.rope_tables(inv, length, 1.0, "cpu")
+    cos, sin = R.rope_tables(inv, length, 1.0, "cpu")
     kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
     p = torch.tensor([pos], dtype=torch.int32)
-    scratch = K.AttnScratch(heads, kv, d, length, "cpu", merge=merge)
-    want = K.tri_attention(qkv, cos, sin, p, kc.clone(), vc.clone(), heads, d ** -0.5, scratch).clone()
+    scratch = A.AttnScratch(heads, kv, d, length, "cpu", merge=merge)
+    want = A.tri_attention(qkv, cos, sin, p, kc.clone(), vc.clone(), heads, d ** -0.5, scratch).clone()
     assert qkv.abs().sum() > 0
-    got = K.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, zero_qkv=True)
+    got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, zero_qkv=True)
     assert torch.equal(got, want) and torch.equal(qkv, torch.zeros_like(qkv))
 
 
@@ -361,14 +352,15 @@ def test_native_long_prompt_error_is_below_hf_bf16_on_a_biased_model():
 def test_native_needs_a_gpu_and_a_supported_quant():
     rc, _, err = run_cli(["run", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--mode", "native"])
     assert rc == 2 and "needs a CUDA GPU" in err and len(err.strip().splitlines()) == 1
-    from floorline import measure
 
-    with pytest.raises(measure.UserError, match="--quant int4 or none"):
-        measure.validate(measure.RunConfig("tiny-llama", [16], ["native"], quant="nf4"), zoo.ZOO["tiny-llama"])
+    from floorline.bench import config
+
+    with pytest.raises(config.UserError, match="--quant int4 or none"):
+        config.validate(config.RunConfig("tiny-llama", [16], ["native"], quant="nf4"), zoo.ZOO["tiny-llama"])
 
 
 def test_int4_backend_on_the_cpu_bytes_and_check(cpu):
-    from floorline import floor
+    from floorline.core import floor
 
     a = zoo.ZOO["tiny-llama"]
     m = models.build_random(a, cpu, "bf16", seed=4)
@@ -378,43 +370,27 @@ def test_int4_backend_on_the_cpu_bytes_and_check(cpu):
     assert conv.max_check_error < b.check_tolerance
 
 
-def test_the_attention_chunk_override_fixes_it_or_says_which_values_it_takes(monkeypatch):
-    """FLOORLINE_ATTN_CHUNK fixes the chunk (a sweep inside the step); a bad value is a one-line error naming them."""
-    from floorline.errors import UserError
-
-    monkeypatch.setenv("FLOORLINE_ATTN_CHUNK", "128")
-    assert K.attn_chunk_len(16384, 4, 132) == 128
-    monkeypatch.setenv("FLOORLINE_ATTN_CHUNK", "100")
-    with pytest.raises(UserError, match="64, 128, 256, 512 or 1024"):
-        K.attn_chunk_len(16384, 4, 132)
-
-
-def test_the_cuda_attention_chunk_fills_the_gpu_at_most_twice_and_its_override_is_checked(monkeypatch):
-    """attn_cuda.config: the smallest chunk of 128..512 positions with at most two (chunk, kv head) CTAs an SM, 8
-    warps where the CTAs about fill the SMs once, else 4; FLOORLINE_ATTN_CUDA="warps,chunk" fixes both, a bad value
-    is a one-line error naming the values."""
-    from floorline.errors import UserError
+def test_the_attention_chunk_option_fixes_it_for_either_kernel():
+    """NativeOptions.attn_chunk fixes the chunk (0: sized to the GPU); the CUDA kernel keeps its warps' rule, never
+    more warps than the chunk has tiles of 16."""
     from floorline.native import attn_cuda
 
-    monkeypatch.delenv("FLOORLINE_ATTN_CUDA", raising=False)
+    assert A.AttnScratch(4, 2, 32, 4096, "cpu", chunk=128).chunk == 128
+    assert A.AttnScratch(4, 2, 32, 4096, "cpu").chunk == A.ATTN_CHUNK  # the interpreter's
+    assert attn_cuda.config(2048, 4, 132, 256) == (8, 256)
+    assert attn_cuda.config(2048, 4, 132, 64) == (4, 64)
+
+
+def test_the_cuda_attention_chunk_fills_the_gpu_at_most_twice():
+    """attn_cuda.config: the smallest chunk of 128..512 positions with at most two (chunk, kv head) CTAs an SM, 8
+    warps where the CTAs about fill the SMs once, else 4."""
+    from floorline.native import attn_cuda
+
     assert attn_cuda.config(2048, 4, 132) == (8, 128)  # 4 kv heads x 16 chunks: 64 CTAs, 8 warps each
     assert attn_cuda.config(16384, 4, 132) == (4, 256)  # 4 x 64 CTAs: 256 <= 264
     assert attn_cuda.config(16939, 4, 132) == (8, 512)  # a ctx-16384 run's cache: 4 x 34 CTAs, one an SM
     assert attn_cuda.config(16384, 8, 132) == (4, 512)  # 8 x 32
     assert attn_cuda.config(10 ** 6, 8, 132) == (4, 512)  # the most
-    monkeypatch.setenv("FLOORLINE_ATTN_CUDA", "8,256")
-    assert attn_cuda.config(2048, 4, 132) == (8, 256)
-    for bad in ("8,64", "3,128", "4", "4,100"):
-        monkeypatch.setenv("FLOORLINE_ATTN_CUDA", bad)
-        with pytest.raises(UserError, match="warps 2, 4 or 8"):
-            attn_cuda.config(2048, 4, 132)
-
-
-def test_the_cta_probe_still_finds_its_places_in_the_cuda_attention():
-    """scripts/cta_times.py builds a probed copy of attn_cuda's source by text: each anchor must sit there once (an
-    edit of the kernel that moves one would make the probe time something else, or fail on the GPU only)."""
-    src = load_script("cta_times").probed_source()
-    assert src.count("%%globaltimer") == 3 and "%%smid" in src and "unsigned long long* __restrict__ prb" in src
 
 
 def test_the_cuda_attention_says_in_one_line_why_it_cannot_serve_the_cpu():
@@ -424,41 +400,31 @@ def test_the_cuda_attention_says_in_one_line_why_it_cannot_serve_the_cpu():
     assert why and "GPU" in why and "\n" not in why
 
 
-def test_the_merge_splits_each_head_over_programs_of_at_least_16_dims_and_a_bad_choice_says_the_values(monkeypatch):
-    """merge_launch: MERGE_DEFAULT, or FLOORLINE_ATTN_MERGE="split,warps"; a split that would leave a program fewer than
-    16 dims is halved; an unknown value is a one-line error. The scratch names a merge other than sessions 1-9's."""
-    from floorline.errors import UserError
-
-    monkeypatch.delenv("FLOORLINE_ATTN_MERGE", raising=False)
-    assert K.merge_launch(128) == K.MERGE_DEFAULT
-    monkeypatch.setenv("FLOORLINE_ATTN_MERGE", "8,2")
-    assert K.merge_launch(128) == (8, 2) and K.merge_launch(32) == (2, 2)
-    assert K.AttnScratch(4, 2, 32, 160, "cpu").name().endswith("merge 2 x w2")
-    monkeypatch.setenv("FLOORLINE_ATTN_MERGE", "1,4")
-    assert "merge" not in K.AttnScratch(4, 2, 32, 160, "cpu").name()
-    for bad in ("3,1", "4", "4,16", "a,b"):
-        monkeypatch.setenv("FLOORLINE_ATTN_MERGE", bad)
-        with pytest.raises(UserError, match="split,warps"):
-            K.merge_launch(128)
+def test_the_merge_splits_each_head_over_programs_of_at_least_16_dims():
+    """merge_launch: MERGE, a split that would leave a program fewer than 16 dims halved. The scratch names a merge
+    other than one 4-warp program a head."""
+    assert A.merge_launch(128) == A.MERGE
+    assert A.merge_launch(128, (8, 2)) == (8, 2) and A.merge_launch(32, (8, 2)) == (2, 2)
+    assert A.AttnScratch(4, 2, 32, 160, "cpu", merge=(8, 2)).name().endswith("merge 2 x w2")
+    assert "merge" not in A.AttnScratch(4, 2, 32, 160, "cpu", merge=(1, 4)).name()
 
 
-def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_values(monkeypatch):
-    """FLOORLINE_ATTN: auto (the default) or cuda pick the CUDA chunk kernel only on a CUDA GPU (auto only for long
+def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_values():
+    """attn_kernel auto (the default) or cuda pick the CUDA chunk kernel only on a CUDA GPU (auto only for long
     caches); on the CPU the Triton kernels (interpreter) serve; an unknown value is a one-line error."""
-    from floorline.errors import UserError
+    from floorline.core.errors import UserError
 
-    monkeypatch.delenv("FLOORLINE_ATTN", raising=False)
-    assert K.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 32768) == "triton"
-    assert K.AttnScratch(28, 4, 128, 300, "cpu").backend == "triton"
-    monkeypatch.setenv("FLOORLINE_ATTN", "fast")
+    assert A.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 32768) == "triton"
+    assert A.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 32768, "cuda") == "triton"
+    assert A.AttnScratch(28, 4, 128, 300, "cpu").backend == "triton"
     with pytest.raises(UserError, match="auto, cuda or triton"):
-        K.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 300)
+        A.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 300, "fast")
 
 
 def _fake_step(monkeypatch, ms_of):
     """timing.state_replay_ms replaced by `ms_of()` (what the current choices would cost): the step tuners' selection
     logic without a GPU. Returns the list of the trials' times."""
-    from floorline import timing
+    from floorline.device import timing
 
     trials = []
 
@@ -473,29 +439,30 @@ def _fake_step(monkeypatch, ms_of):
 
 def test_triton_tiles_retuned_in_the_step_keep_the_fastest_of_the_step_shapes(monkeypatch):
     """Every tile the autotuner considered for a shape the step launched is timed in the step, the fastest kept in the
-    autotuner's cache and every trial named in last_step_tuning; a shape the step does not launch, or with one tile,
-    is left alone."""
-    if K.triton is None:
+    autotuner's cache and every trial named in the tuner's step_tuning; a shape the step does not launch, or with one
+    tile, is left alone."""
+    if G.triton is None:
         pytest.skip("the Triton GEMV's autotuner needs Triton (floorline[native])")
-    tiles = list(K._BF16)
+    tiles = list(G._BF16)
     step_key = (3584, 18944, 0, False, True, "torch.bfloat16")
     other_key = (512, 512, 0, False, False, "torch.bfloat16")
     single_key = (64, 128, 1, False, False, "torch.bfloat16")
-    monkeypatch.setattr(K._gemv_bf16, "cache", {step_key: tiles[0], other_key: tiles[0], single_key: tiles[1]})
-    monkeypatch.setattr(K, "_CANDIDATES", {(*step_key[:5], False): tiles[:5], (*other_key[:5], False): tiles[:5],
-                                           (*single_key[:5], False): tiles[1:2]})
-    monkeypatch.setattr(K, "_USED", set())
+    monkeypatch.setattr(G._gemv_bf16, "cache", {step_key: tiles[0], other_key: tiles[0], single_key: tiles[1]})
+    monkeypatch.setattr(TUNER, "gemv_candidates", {(*step_key[:5], False): tiles[:5],
+                                                   (*other_key[:5], False): tiles[:5],
+                                                   (*single_key[:5], False): tiles[1:2]})
+    monkeypatch.setattr(TUNER, "used", set())
     cost = {id(t): 3.0 + i for i, t in enumerate(tiles)}
     cost[id(tiles[3])] = 2.5  # the fastest in the step
 
     def capture():  # the step launches two of the shapes
-        K._USED.update({(*step_key[:5], False), (*single_key[:5], False)})
+        TUNER.used.update({("gemv", (*step_key[:5], False)), ("gemv", (*single_key[:5], False))})
 
-    trials = _fake_step(monkeypatch, lambda: cost[id(K._gemv_bf16.cache[step_key])])
-    K.retune_in_step(capture, [torch.zeros(1)])
-    assert K._gemv_bf16.cache[step_key] is tiles[3] and K._gemv_bf16.cache[other_key] is tiles[0]
-    assert K._gemv_bf16.cache[single_key] is tiles[1] and len(trials) == 5
-    assert K.last_step_tuning == {"3584x18944 acc": {K.tile_name(t): cost[id(t)] for t in tiles[:5]}}
+    trials = _fake_step(monkeypatch, lambda: cost[id(G._gemv_bf16.cache[step_key])])
+    G.retune_in_step(capture, [torch.zeros(1)])
+    assert G._gemv_bf16.cache[step_key] is tiles[3] and G._gemv_bf16.cache[other_key] is tiles[0]
+    assert G._gemv_bf16.cache[single_key] is tiles[1] and len(trials) == 5
+    assert TUNER.step_tuning["gemv"] == {"3584x18944 acc": {G.tile_name(t): cost[id(t)] for t in tiles[:5]}}
 
 
 def test_int4_configs_retuned_in_the_step_keep_the_fastest_of_the_shortlist(monkeypatch):
@@ -506,21 +473,21 @@ def test_int4_configs_retuned_in_the_step_keep_the_fastest_of_the_shortlist(monk
     key = ("cuda:0", 3584, 18944, 0, False, True, False, torch.float32, torch.float32, 3)
     idle = ("cuda:0", 512, 1024, 0, False, False, False, torch.float32, torch.float32, 3)
     ranked = [(8, 2, 4, 0, 0, 2), (4, 2, 4, 0, 0, 0), (16, 1, 1, 0, 0, 0), (8, 1, 4, 0, 0, 0)]
-    monkeypatch.setattr(int4_cuda, "_RANKED", {key: ranked, idle: ranked})
-    monkeypatch.setattr(int4_cuda, "_BEST", {key: ranked[0], idle: ranked[0]})
-    monkeypatch.setattr(int4_cuda, "_USED", set())
+    monkeypatch.setattr(TUNER, "int4_ranked", {key: ranked, idle: ranked})
+    monkeypatch.setattr(TUNER, "int4_best", {key: ranked[0], idle: ranked[0]})
+    monkeypatch.setattr(TUNER, "used", set())
     cost = {ranked[0]: 1.66, ranked[1]: 1.65, ranked[2]: 1.64, ranked[3]: 1.60}
-    trials = _fake_step(monkeypatch, lambda: cost[int4_cuda._BEST[key]])
-    int4_cuda.retune_in_step(lambda: int4_cuda._USED.add(key), [torch.zeros(1)], top=3)
-    assert int4_cuda._BEST[key] == ranked[2] and int4_cuda._BEST[idle] == ranked[0] and len(trials) == 3
-    assert int4_cuda.last_step_tuning == {"3584x18944 acc": {int4_cuda.config_name(c): cost[c] for c in ranked[:3]}}
+    trials = _fake_step(monkeypatch, lambda: cost[TUNER.int4_best[key]])
+    int4_cuda.retune_in_step(lambda: TUNER.used.add(("int4", key)), [torch.zeros(1)], top=3)
+    assert TUNER.int4_best[key] == ranked[2] and TUNER.int4_best[idle] == ranked[0] and len(trials) == 3
+    assert TUNER.step_tuning["int4"] == {"3584x18944 acc": {int4_cuda.config_name(c): cost[c] for c in ranked[:3]}}
 
 
 @pytest.mark.parametrize("ahead, stages", [(1, 0), (2, 0), (1, 3)])
 def test_the_bf16_gemv_requests_its_first_tiles_before_the_wait_in_its_sm90_machine_code(ahead, stages):
     """scripts/gemv_sass.py builds the GEMV for sm_90 here (Triton's bundled ptxas and cuobjdump, no GPU): an 8x256
     tile of 4 warps is two 128-bit loads a thread, and AHEAD tiles of them must come before griddepcontrol.wait
-    (ACQBULK) -- ptxas may legally hoist the wait above them, as it did in the CUDA int4 GEMV (session 8). A cp.async
+    (ACQBULK) -- ptxas may legally hoist the wait above them, as it did in the CUDA int4 GEMV's first version. A cp.async
     tile (stages 3) too: its first tile in registers, before the pipeline's own loads, which follow the wait."""
     import json
     import os

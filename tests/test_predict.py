@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from floorline import floor, predict, specs, zoo
-from floorline.errors import UserError
+from floorline.core import floor, specs, zoo
+from floorline.core.errors import UserError
+from floorline.report import predict
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "h200"
 
@@ -111,7 +112,7 @@ def test_one_gpu_calibration_fixes_overhead_at_zero():
 
 
 def test_calibrate_published_reproduces_published_cells():
-    pub = json.loads((Path(predict.__file__).parent / "data" / "published.json").read_text())
+    pub = json.loads((Path(predict.__file__).parents[1] / "core" / "data" / "published.json").read_text())
     cal = predict.calibrate_published()
     assert cal.convention == "paper" and "published" in cal.source and cal.n_records == 4
     assert set(cal.gpus) == {"h100-sxm", "l4"} and cal.overhead_fitted
@@ -146,7 +147,7 @@ def test_format_prediction_shows_inputs_source_and_caveat():
 
 # ---------------------------------------------------------------------------------- the documented validation
 def _h200(name: str) -> list[dict]:
-    from floorline import records
+    from floorline.core import records
 
     path = RESULTS / name
     if not path.is_file():
@@ -289,7 +290,7 @@ EP_ETA, EP_OVERHEAD_MS = 0.41, 2.3
 
 def endpoint_records(gpus=GPUS, bpw="Q4_K") -> list[dict]:
     """Records as `floorline endpoint --gpu KEY --bpw Q4_K` writes them, from a server whose step is known."""
-    from floorline import gguf
+    from floorline.core import gguf
 
     bits, label = gguf.parse_bpw(bpw)
     recs = []
@@ -307,7 +308,7 @@ def endpoint_records(gpus=GPUS, bpw="Q4_K") -> list[dict]:
 
 
 def test_endpoint_records_get_their_own_fit_and_leave_graph_alone():
-    from floorline import gguf
+    from floorline.core import gguf
 
     ep = endpoint_records()
     cpu_ep = dict(ep[0], peak_gbps=None, gpu_key=None)  # measured on a CPU without --gpu: left out, and said so

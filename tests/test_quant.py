@@ -9,10 +9,12 @@ import math
 
 import pytest
 import torch
-
 from conftest import run_cli
-from floorline import floor, measure, models, quant, zoo
-from floorline.errors import UserError
+
+from floorline import quant
+from floorline.bench import config, measure, models
+from floorline.core import floor, zoo
+from floorline.core.errors import UserError
 from floorline.quant import base
 
 HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
@@ -167,7 +169,7 @@ def test_the_check_catches_a_layout_bug(cpu):
 
 
 def test_measure_records_the_quant_fields_and_the_kernel_chain(fake_backends):
-    cfg = measure.RunConfig("tiny-llama", [32], ["eager"], dtype="fp32", device="cpu", warmup=1, steps=3,
+    cfg = config.RunConfig("tiny-llama", [32], ["eager"], dtype="fp32", device="cpu", warmup=1, steps=3,
                             quant="fake", kernels=True)
     cell, chain = list(measure.measure_cells(cfg))
     assert cell["valid"], cell["reason"]
@@ -180,7 +182,7 @@ def test_measure_records_the_quant_fields_and_the_kernel_chain(fake_backends):
 
 
 def test_a_failed_check_is_recorded_not_timed(fake_backends):
-    cfg = measure.RunConfig("tiny-llama", [32], ["eager", "static"], dtype="fp32", device="cpu", warmup=1, steps=3,
+    cfg = config.RunConfig("tiny-llama", [32], ["eager", "static"], dtype="fp32", device="cpu", warmup=1, steps=3,
                             quant="broken", kernels=True)
     recs = list(measure.measure_cells(cfg))
     assert [r.get("mode") for r in recs] == ["eager", "static", "kernels"]
@@ -251,9 +253,9 @@ def test_canonical_names():
 
 
 def test_ab_arms_with_different_quant_build_separately():
-    from floorline import ab
+    from floorline.study import ab
 
-    cfg = ab.ABConfig(measure.RunConfig("tiny-llama", [32], [], device="cpu"), ab.parse_arm("graph"),
+    cfg = ab.ABConfig(config.RunConfig("tiny-llama", [32], [], device="cpu"), ab.parse_arm("graph"),
                       ab.parse_arm("graph,quant=nf4"))
     both = ab.session_configs(cfg, cfg.a, cfg.b)
     assert [c.quant for c in both] == ["none", "nf4"] and all(c.modes == ["graph"] for c in both)
@@ -261,7 +263,7 @@ def test_ab_arms_with_different_quant_build_separately():
 
 
 def test_weight_format_of_a_run():
-    assert measure.weight_format(measure.RunConfig("m", [1], [], quant="nf4")).name.startswith("bitsandbytes nf4")
-    assert measure.weight_format(measure.RunConfig("m", [1], [], dtype="fp32")).matrix_bytes(2, 2) == 16
-    assert math.isclose(floor.floor(QWEN, 2048, measure.weight_format(
-        measure.RunConfig("m", [1], [], quant="int4-gemlite"))).components["decoder_matrices"] / 1e9, 3.467, rel_tol=1e-3)
+    assert config.weight_format(config.RunConfig("m", [1], [], quant="nf4")).name.startswith("bitsandbytes nf4")
+    assert config.weight_format(config.RunConfig("m", [1], [], dtype="fp32")).matrix_bytes(2, 2) == 16
+    assert math.isclose(floor.floor(QWEN, 2048, config.weight_format(
+        config.RunConfig("m", [1], [], quant="int4-gemlite"))).components["decoder_matrices"] / 1e9, 3.467, rel_tol=1e-3)

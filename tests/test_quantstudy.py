@@ -7,10 +7,12 @@ import importlib.util
 import json
 
 import pytest
-
 from conftest import run_cli
-from floorline import measure, quantrows, quantstudy
-from floorline.errors import UserError
+
+from floorline.bench import config
+from floorline.core.errors import UserError
+from floorline.report import quantrows
+from floorline.study import quantstudy
 
 HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
 
@@ -61,11 +63,11 @@ def test_published_rows_are_the_studys():
 
 
 def test_plan_checks_input_before_anything_runs():
-    base_cfg = measure.RunConfig("tiny-llama", [32], ["eager"], device="cpu")
+    base_cfg = config.RunConfig("tiny-llama", [32], ["eager"], device="cpu")
     with pytest.raises(UserError, match="unknown quant backend"):
         quantstudy.plan(quantstudy.QuantConfig(base_cfg, ["nf4", "int3"], "x.jsonl"), [])
     with pytest.raises(UserError, match="one --ctx"):
-        quantstudy.plan(quantstudy.QuantConfig(measure.RunConfig("tiny-llama", [32, 64], [], device="cpu"),
+        quantstudy.plan(quantstudy.QuantConfig(config.RunConfig("tiny-llama", [32, 64], [], device="cpu"),
                                                [], "x.jsonl"), [])
     jobs = quantstudy.plan(quantstudy.QuantConfig(base_cfg, ["int4-gemlite"], "x.jsonl"), [])
     assert [j.backend for j in jobs] == ["bf16", "int4-gemlite"]  # the reference always runs

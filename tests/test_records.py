@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from floorline import records
-from floorline.errors import UserError
+from floorline.core import records
+from floorline.core.errors import UserError
 
 
 def _rec(i: int, **kw) -> dict:
@@ -77,8 +77,8 @@ def test_required_keys_are_unique_and_include_schema():
 
 
 def test_read_drop_torn_tail(tmp_path):
-    from floorline import records
-    from floorline.errors import UserError
+    from floorline.core import records
+    from floorline.core.errors import UserError
 
     p = tmp_path / "child.jsonl"
     p.write_text('{"schema_version": 1, "a": 1}\n{"schema_version": 1, "a"')
@@ -91,7 +91,7 @@ def test_read_drop_torn_tail(tmp_path):
 
 def test_source_digest_names_the_code_that_ran(tmp_path):
     """source_sha256 changes with any .py byte or path under the root, and only with them."""
-    from floorline import system
+    from floorline.bench import system
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "a.py").write_text("x = 1\n")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from floorline import floor, zoo
-from floorline.errors import UserError
+from floorline.core import floor, records, zoo
+from floorline.core.errors import UserError
 from floorline.report import load_results, plots, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,7 +250,7 @@ def test_corrupt_line_names_file_and_line(tmp_path):
 
 def test_newer_schema_is_refused(tmp_path):
     r = _machines()[0][0]
-    p = _write(tmp_path / "new.jsonl", [r, {**r, "run_id": "later", "schema_version": 2}])
+    p = _write(tmp_path / "new.jsonl", [r, {**r, "run_id": "later", "schema_version": records.SCHEMA_VERSION + 1}])
     with pytest.raises(UserError) as e:
         load_results([str(p)])
     assert f"{p}:2:" in str(e.value) and "schema_version" in str(e.value)

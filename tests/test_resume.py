@@ -15,20 +15,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import inject
-from floorline import ab, resume
-from floorline.errors import UserError
+
+from floorline.core.errors import UserError
+from floorline.study import ab, resume
 
 SITECUSTOMIZE = """
 import os, signal, sys
 n = int(os.environ.get("FLOORLINE_TEST_TORN_AT", "0"))
 if n:
-    import floorline.records as records
+    import floorline.core.records as records
     orig, calls = records.append, [0]
     def append(path, recs):
         main = getattr(sys.modules.get("__main__"), "__spec__", None)
-        if main is not None and main.name == "floorline.worker":
+        if main is not None and main.name == "floorline.study.worker":
             return orig(path, recs)
         calls[0] += 1
         if calls[0] < n or not recs:
@@ -135,10 +135,10 @@ def test_ab_killed_mid_write_resumes_each_session_once_with_both_arms_from_one_a
     out = tmp_path / "ab.jsonl"
     args = ["ab", "--model", "tiny-llama", "--ctx", "16", "--a", "eager", "--b", "static", "--sessions", "2",
             "--resamples", "200", "--output", str(out), *TINY]
-    p = torn(args, at=2)  # session 0 appended; session 1's second arm torn
+    p = torn(args, at=2)  # the first session appended; the second's second arm torn
     assert p.returncode == -9, p.stderr
     first, tail = complete_lines(out)
-    assert len(first) == 3 and tail  # session 0's two arms and session 1's first arm
+    assert len(first) == 3 and tail  # the first session's two arms and the second's first arm
     p = torn(args)
     assert p.returncode == 0, p.stderr
     recs, tail = complete_lines(out)
@@ -149,7 +149,7 @@ def test_ab_killed_mid_write_resumes_each_session_once_with_both_arms_from_one_a
     pairs = ab.completed_sessions(done, summary[0]["ab_key"])
     for s, arms in pairs.items():
         assert arms["A"]["ab_attempt"] == arms["B"]["ab_attempt"]  # never one arm of each attempt
-    # session 1's lone arm of the killed attempt is still in the file, but the summary's pair is the new attempt's
+    # the second session's lone arm of the killed attempt is still in the file; the summary pairs the new attempt's
     lone = first[2]
     assert lone["ab_session"] == 1 and pairs[1][lone["ab_arm"]]["ab_attempt"] != lone["ab_attempt"]
     ratios = {s: pairs[s]["A"]["step_ms_median"] / pairs[s]["B"]["step_ms_median"] for s in pairs}

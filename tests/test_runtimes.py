@@ -8,9 +8,11 @@ import inspect
 import pytest
 import torch
 
-from floorline import runtimes, zoo
-from floorline.errors import UserError
-from floorline.runtimes.base import cache_kwarg
+from floorline.bench import runtimes
+from floorline.bench.runtimes.base import cache_kwarg
+from floorline.core import zoo
+from floorline.core.arch import Arch
+from floorline.core.errors import UserError
 
 CTX = 64
 STEPS = 12
@@ -40,7 +42,7 @@ def reference(model, prompt: torch.Tensor, toks: list[int]) -> list[int]:
     return logits[0, prompt.shape[1] - 1:].argmax(-1).tolist()
 
 
-def _prompt(a: zoo.Arch, n: int = CTX, seed: int = 1) -> torch.Tensor:
+def _prompt(a: Arch, n: int = CTX, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, a.vocab, (1, n), generator=torch.Generator().manual_seed(seed))
 
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from floorline import specs
-from floorline.errors import UserError
+from floorline.core import specs
+from floorline.core.errors import UserError
 
 
 @pytest.mark.parametrize("device_name,key,gbps", [

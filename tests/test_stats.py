@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from floorline import stats
+from floorline.core import stats
 
 
 def test_summarize_known_samples():

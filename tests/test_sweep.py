@@ -12,16 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import inject
-from floorline import cli, resume, sweep
-from floorline.measure import RunConfig
+
+from floorline import cli
+from floorline.bench.config import RunConfig
+from floorline.core import records
+from floorline.study import resume, sweep
 
 SITECUSTOMIZE = """
 import os, sys, time
 fault = os.environ.get("FLOORLINE_TEST_FAULT", "")
 if fault:
-    import floorline.runtimes.base as base
+    import floorline.bench.runtimes.base as base
     orig = base.Runtime.prefill
     def prefill(self, prompt, chunk=1024, progress=None):
         for f in fault.split(","):
@@ -67,7 +69,7 @@ def test_crash_and_timeout_are_recorded_invalid_and_the_sweep_goes_on(tmp_path, 
     assert "injected crash: the kernel fell over" in recs[24]["reason"]  # the child's last stderr lines
     assert recs[40]["valid"] is False and recs[40]["reason"].startswith("timeout after 20 s")
     for r in recs.values():  # failed cells still carry the schema and the analytic floor
-        assert r["schema_version"] == 1 and r["floor_bytes"] > 0 and r["model"] == "tiny-llama"
+        assert r["schema_version"] == records.SCHEMA_VERSION and r["floor_bytes"] > 0 and r["model"] == "tiny-llama"
     assert "1/3 cells valid" in capsys.readouterr().err
 
 

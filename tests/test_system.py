@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from floorline import system
+from floorline.bench import system
 
-PKG = Path(system.__file__).resolve().parent
+PKG = system.PACKAGE
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
            "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -57,7 +57,7 @@ def test_tracked_clean_dirty_and_untracked_sources(host_repo):
     (pkg / "new_module.py").write_text("x = 1\n")
     assert system.git_sha(pkg) == head + "+dirty"  # a source the commit lacks
     (pkg / "new_module.py").unlink()
-    (pkg / "zoo.py").write_text((pkg / "zoo.py").read_text() + "\n# changed\n")
+    (pkg / "core" / "zoo.py").write_text((pkg / "core" / "zoo.py").read_text() + "\n# changed\n")
     assert system.git_sha(pkg) == head + "+dirty"
 
 

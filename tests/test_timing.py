@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from floorline import timing
+from floorline.device import timing
 
 
 def test_cpu_timer_times_each_step():

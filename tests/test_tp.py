@@ -11,10 +11,12 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.multiprocessing as mp
-
-from floorline import floor, models, tp, zoo
-from floorline.errors import UserError
 from test_floor import component_of
+
+from floorline.bench import models
+from floorline.core import floor, tp, zoo
+from floorline.core.arch import Arch
+from floorline.core.errors import UserError
 
 TINY = ["tiny-llama", "tiny-qwen2"]
 
@@ -101,7 +103,7 @@ def _rank_main(rank: int, n: int, port: int, names: list[str]) -> None:
     os.environ.update({"FLOORLINE_TP_RANK": str(rank), "FLOORLINE_TP_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(port)})
     torch.set_num_threads(1)
-    from floorline import tpdist
+    from floorline.device import tpdist
 
     comm = tpdist.init(n, "cpu")
     for name in names:
@@ -112,7 +114,7 @@ def _rank_main(rank: int, n: int, port: int, names: list[str]) -> None:
     os._exit(0)
 
 
-def _compare(comm, a: zoo.Arch) -> None:
+def _compare(comm, a: Arch) -> None:
     from floorline.native.model import NativeModel
     from floorline.native.tp_model import TPNativeModel
 
@@ -141,14 +143,15 @@ def _compare(comm, a: zoo.Arch) -> None:
 
 def test_sharded_native_model_matches_the_unsharded_one_over_two_gloo_ranks():
     """Both tiny models in one pair of processes (the imports are most of the time)."""
-    pytest.importorskip("triton", reason="native/model.py imports native/kernels.py, which needs Triton")
+    pytest.importorskip("triton", reason="native/model.py imports the Triton kernels, which need Triton")
     mp.start_processes(_rank_main, args=(2, _free_port(), TINY), nprocs=2, join=True, start_method="spawn")
 
 
 # ------------------------------------------------------------------------------------- commands, launcher, predict
 def test_floor_tp_adds_the_allreduce_term_and_refuses_bad_input():
-    from conftest import run_cli
     import json
+
+    from conftest import run_cli
 
     rc, out, _ = run_cli(["floor", "--model", "qwen2.5-7b", "--ctx", "2048", "--tp", "2", "--allreduce-us", "6.5",
                           "--gpu", "h200", "--format", "json"])
@@ -163,7 +166,8 @@ def test_floor_tp_adds_the_allreduce_term_and_refuses_bad_input():
 
 
 def test_predict_for_two_gpus_from_one_gpu_records():
-    from floorline import predict, specs
+    from floorline.core import specs
+    from floorline.report import predict
 
     a, gpu = zoo.ZOO["qwen2.5-7b"], specs.lookup("h200")
     recs = []
@@ -182,7 +186,8 @@ def test_predict_for_two_gpus_from_one_gpu_records():
 
 
 def test_allreduce_latency_from_records(tmp_path):
-    from floorline import allreduce, records
+    from floorline.core import records
+    from floorline.study import allreduce
 
     f = tmp_path / "ar.jsonl"
     v = {"schema_version": records.SCHEMA_VERSION, "kind": "allreduce", "tp": 2}
@@ -198,7 +203,9 @@ def test_allreduce_latency_from_records(tmp_path):
 def test_run_tp2_on_the_cpu_goes_through_the_launcher_one_process_per_rank(tmp_path):
     """HF transformers' tp plan over two gloo ranks (the launcher, the worker, the records, the cell key)."""
     from conftest import run_cli
-    from floorline import records, resume
+
+    from floorline.core import records
+    from floorline.study import resume
 
     out = tmp_path / "r.jsonl"
     rc, _, err = run_cli(["run", "--tp", "2", "--device", "cpu", "--mode", "eager", "--model", "tiny-llama",
@@ -209,4 +216,4 @@ def test_run_tp2_on_the_cpu_goes_through_the_launcher_one_process_per_rank(tmp_p
     assert (r["tp"], r["allreduce_backend"], r["valid"], r["tp_rank"]) == (2, "gloo", True, 0)
     assert r["floor_bytes"] == tp.floor(a, 16, 2, floor.weight_format("fp32")).bytes
     assert r["allreduce_us"] > 0 and r["allreduce_count"] == 2 * a.layers + 1
-    assert resume.cell_key(r)[-2:] == (2, "gloo") and resume.cell_key({**r, "tp": 1})[-2:] == (1, None)
+    assert resume.cell_key(r)[-3:-1] == (2, "gloo") and resume.cell_key({**r, "tp": 1})[-3:-1] == (1, None)

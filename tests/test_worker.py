@@ -12,8 +12,9 @@ from dataclasses import asdict
 
 import pytest
 
-from floorline import records, worker
-from floorline.measure import RunConfig
+from floorline.bench.config import RunConfig
+from floorline.core import records
+from floorline.study import worker
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, no_deathsig):
 def test_the_child_dies_with_its_parent():
     # the child shares the parent's stdout: the parent prints the child's pid, the child "up" once its death
     # signal is armed
-    child = ("from floorline.worker import die_with_parent; die_with_parent(); import time; print('up', flush=True); "
+    child = ("from floorline.study.worker import die_with_parent; die_with_parent(); import time; print('up', flush=True); "
              "time.sleep(120)")
     parent = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {child!r}]); "
               f"print(p.pid, flush=True); time.sleep(120)")

@@ -8,8 +8,10 @@ import json
 import pytest
 import torch
 
-from floorline import floor, models, zoo
-from floorline.errors import UserError
+from floorline.bench import models
+from floorline.core import floor, zoo
+from floorline.core.arch import arch_from_config
+from floorline.core.errors import UserError
 
 
 def test_every_zoo_entry_is_keyed_by_its_name_and_has_a_count():
@@ -85,7 +87,7 @@ ACCOUNTING_FIELDS = ("family", "hidden", "intermediate", "layers", "heads", "kv_
 def test_arch_from_config_round_trips(name):
     a = zoo.ZOO[name]
     cfg = json.loads(json.dumps(models.hf_config(a).to_dict()))  # as it would be read from config.json
-    b = zoo.arch_from_config(cfg, name=a.name)
+    b = arch_from_config(cfg, name=a.name)
     for f in ACCOUNTING_FIELDS:
         assert getattr(b, f) == getattr(a, f), f
     assert dataclasses.replace(b, params=a.params) == a
@@ -106,7 +108,7 @@ def test_arch_from_a_published_style_config():
                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
         "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256,
     }
-    a = zoo.arch_from_config(cfg, "Meta-Llama-3.1-8B")
+    a = arch_from_config(cfg, "Meta-Llama-3.1-8B")
     assert dataclasses.replace(a, name="llama-3.1-8b", params=8_030_261_248) == zoo.ZOO["llama-3.1-8b"]
     assert a.rope_scaling["rope_type"] == "llama3" and a.rope_scaling["factor"] == 8.0
     assert floor.parameter_count(a) == 8_030_261_248
@@ -115,14 +117,14 @@ def test_arch_from_a_published_style_config():
 def test_arch_from_config_rejections():
     base = models.hf_config(zoo.ZOO["tiny-llama"]).to_dict()
     with pytest.raises(UserError, match="model_type"):
-        zoo.arch_from_config({**base, "model_type": "gpt2"}, "x")
+        arch_from_config({**base, "model_type": "gpt2"}, "x")
     with pytest.raises(UserError, match="vocab_size"):
-        zoo.arch_from_config({k: v for k, v in base.items() if k != "vocab_size"}, "x")
+        arch_from_config({k: v for k, v in base.items() if k != "vocab_size"}, "x")
     mistral = models.hf_config(zoo.ZOO["mistral-7b-v0.3"]).to_dict()
     with pytest.raises(UserError, match="sliding"):
-        zoo.arch_from_config({**mistral, "sliding_window": 4096}, "x")
+        arch_from_config({**mistral, "sliding_window": 4096}, "x")
     with pytest.raises(UserError, match="multiple"):
-        zoo.arch_from_config({**base, "num_attention_heads": 4, "num_key_value_heads": 3}, "x")
+        arch_from_config({**base, "num_attention_heads": 4, "num_key_value_heads": 3}, "x")
 
 
 def test_arch_rejects_unknown_family():
@@ -144,14 +146,14 @@ def _hf_param_count(cfg: dict) -> int:
 
 def test_local_llama_config_without_biases_counts_right():
     cfg = models.hf_config(zoo.ZOO["tiny-llama"]).to_dict()
-    assert floor.parameter_count(zoo.arch_from_config(cfg, "x")) == _hf_param_count(cfg)
+    assert floor.parameter_count(arch_from_config(cfg, "x")) == _hf_param_count(cfg)
 
 
 def test_local_llama_config_with_attention_bias_is_refused():
     # transformers' Llama puts attention_bias on o_proj too, which the floor does not count: refuse, do not miscount
     cfg = {**models.hf_config(zoo.ZOO["tiny-llama"]).to_dict(), "attention_bias": True}
     with pytest.raises(UserError, match="not in the floor accounting"):
-        zoo.arch_from_config(cfg, "x")
+        arch_from_config(cfg, "x")
 
 
 def test_local_config_with_mlp_bias_is_refused():
@@ -159,9 +161,9 @@ def test_local_config_with_mlp_bias_is_refused():
     for model in ("tiny-llama", "tiny-qwen2"):
         cfg = {**models.hf_config(zoo.ZOO[model]).to_dict(), "mlp_bias": True}
         with pytest.raises(UserError, match="mlp_bias"):
-            zoo.arch_from_config(cfg, "x")
+            arch_from_config(cfg, "x")
 
 
 def test_local_mistral_config_with_attention_bias_flag():
     cfg = {**models.hf_config(zoo.ZOO["mistral-7b-v0.3"]).to_dict(), "attention_bias": True}
-    assert floor.parameter_count(zoo.arch_from_config(cfg, "x")) == _hf_param_count(cfg)
+    assert floor.parameter_count(arch_from_config(cfg, "x")) == _hf_param_count(cfg)

@@ -13,7 +13,7 @@ import sys
 from rich.console import Console
 
 from floorline import __version__
-from floorline.errors import UserError
+from floorline.core.errors import UserError
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # silence kineto's start/stop lines in `explain`; read when torch loads
 
@@ -36,7 +36,8 @@ def _int_list(s: str) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------------------- models
 def cmd_models(args) -> int:
-    from floorline import display, zoo
+    from floorline.core import zoo
+    from floorline.report import display
 
     out.print(display.table(display.MODELS_HEADER, display.models_rows(zoo.ZOO.values()),
                             "embedded models (random weights built on the device; or pass a local directory)"))
@@ -45,7 +46,8 @@ def cmd_models(args) -> int:
 
 # ----------------------------------------------------------------------------------------------------------- specs
 def cmd_specs(args) -> int:
-    from floorline import display, specs
+    from floorline.core import specs
+    from floorline.report import display
 
     out.print(display.table(display.SPECS_HEADER, display.specs_rows(specs.GPUS),
                             "GPU datasheet peak memory bandwidth (every run also measures its achievable bandwidth)"))
@@ -63,7 +65,8 @@ def cmd_specs(args) -> int:
 
 # ----------------------------------------------------------------------------------------------------------- floor
 def cmd_floor(args) -> int:
-    from floorline import display, floor, specs, tp, zoo
+    from floorline.core import floor, specs, tp, zoo
+    from floorline.report import display
 
     a = zoo.resolve(args.model, need="config", download=args.download)
     if not 0 < args.ctx <= a.max_pos:
@@ -111,7 +114,7 @@ def _allreduce_latency(args) -> tuple[float | None, str | None]:
             raise UserError(f"--allreduce-us must be >= 0, got {args.allreduce_us}")
         return args.allreduce_us, "given"
     if args.allreduce_from:
-        from floorline import allreduce
+        from floorline.study import allreduce
 
         return allreduce.latency_from(args.allreduce_from, args.allreduce_backend, args.tp)
     return None, None
@@ -119,8 +122,10 @@ def _allreduce_latency(args) -> tuple[float | None, str | None]:
 
 # ------------------------------------------------------------------------------------------------------------- run
 def _run_config(args, modes: list[str], need: str = "weights"):
-    from floorline import quant, zoo
-    from floorline.measure import RunConfig, resolve_device, with_defaults
+    from floorline import quant
+    from floorline.bench.config import RunConfig, with_defaults
+    from floorline.bench.device import resolve_device
+    from floorline.core import zoo
 
     device = resolve_device(args.device)
     model = args.model or (zoo.DEFAULT_GPU_MODEL if device.type == "cuda" else zoo.DEFAULT_CPU_MODEL)
@@ -128,21 +133,23 @@ def _run_config(args, modes: list[str], need: str = "weights"):
     ctxs = args.ctx or [zoo.DEFAULT_GPU_CTX if device.type == "cuda" else zoo.DEFAULT_CPU_CTX]
     cfg = RunConfig(model=model, ctxs=ctxs, modes=modes, dtype=args.dtype, device=args.device, warmup=args.warmup,
                     steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
-                    threads=args.threads, quant=quant.canonical(args.quant), tp=args.tp, allreduce=args.allreduce)
+                    threads=args.threads, quant=quant.canonical(args.quant), tp=args.tp, allreduce=args.allreduce,
+                    native=args.native)
     return with_defaults(cfg, device.type)
 
 
 def _hub_dir(model: str, download: bool, need: str = "weights") -> str:
     """A Hub id becomes its cached snapshot directory (weights fetched only when allowed): worker processes get a
     local directory and never touch the network."""
-    from floorline import hub
+    from floorline.core import hub
 
     return str(hub.snapshot(model, need, download)) if hub.is_hub_id(model) else model
 
 
 def cmd_run(args) -> int:
-    from floorline import display, records
-    from floorline.measure import measure_cells
+    from floorline.bench.measure import measure_cells
+    from floorline.core import records
+    from floorline.report import display
 
     cfg = _run_config(args, _names(args.mode))
     done: list[dict] = []
@@ -165,9 +172,11 @@ def cmd_run(args) -> int:
 
 def _tp_records(cfg, status) -> list[dict]:
     """--tp N: one fresh process per rank (floorline's launcher); rank 0's records."""
-    from floorline import tp_run, zoo
-    from floorline.launcher import run_fresh
-    from floorline.measure import resolve_device, validate
+    from floorline.bench import tp_run
+    from floorline.bench.config import validate
+    from floorline.bench.device import resolve_device
+    from floorline.core import zoo
+    from floorline.study.launcher import run_fresh
 
     tp_run.validate(cfg, zoo.resolve(cfg.model), resolve_device(cfg.device).type)  # before any process starts
     validate(cfg, zoo.resolve(cfg.model))
@@ -182,14 +191,15 @@ def _tp_records(cfg, status) -> list[dict]:
 
 # -------------------------------------------------------------------------------------------------------------- ab
 def cmd_ab(args) -> int:
-    from floorline import ab, display
+    from floorline.report import display
+    from floorline.study import ab
 
     arm_a, arm_b = (ab.parse_arm(x, served=args.served_model) for x in (args.a, args.b))
     if args.served_model and not (arm_a.endpoint or arm_b.endpoint):
         raise UserError("--served-model names the model of an endpoint arm; give one (--a endpoint=URL) or drop it")
     base = _run_config(args, [], need="config" if arm_a.endpoint and arm_b.endpoint else "weights")
     arm = dict(dtype=base.dtype, attn=args.attn, quant_=args.quant, served=args.served_model, tp=args.tp,
-               allreduce=args.allreduce)
+               allreduce=args.allreduce, native=base.native)
     cfg = ab.ABConfig(base=base, a=ab.parse_arm(args.a, **arm), b=ab.parse_arm(args.b, **arm), sessions=args.sessions,
                       resamples=args.resamples, timeout_s=args.timeout)
     with err.status("floorline ab") as status:
@@ -208,16 +218,26 @@ def cmd_ab(args) -> int:
 
 # ----------------------------------------------------------------------------------------------------------- sweep
 def cmd_sweep(args) -> int:
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-    from floorline import display, resume, specs, sweep, system
-    from floorline.measure import RunConfig
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from floorline.bench import system
+    from floorline.bench.config import RunConfig
+    from floorline.core import specs
+    from floorline.report import display
+    from floorline.study import resume, sweep
 
     if args.timeout <= 0:
         raise UserError(f"--timeout must be positive seconds, got {args.timeout}")
     base = RunConfig(model="", ctxs=[], modes=[], dtype=args.dtype, device=args.device, warmup=args.warmup,
                      steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
-                     threads=args.threads, quant=args.quant, tp=args.tp, allreduce=args.allreduce)
+                     threads=args.threads, quant=args.quant, tp=args.tp, allreduce=args.allreduce, native=args.native)
     # defaults filled here, not in the parser: importing sweep imports torch, which `floorline floor` never needs
     cells = sweep.plan(_names(args.models) if args.models else sweep.DEFAULT_MODELS, args.ctx or sweep.DEFAULT_CTXS,
                        _names(args.modes) if args.modes else sweep.DEFAULT_MODES, base)
@@ -285,7 +305,8 @@ def cmd_report(args) -> int:
 
 # --------------------------------------------------------------------------------------------------------- predict
 def cmd_predict(args) -> int:
-    from floorline import predict, specs, zoo
+    from floorline.core import specs, zoo
+    from floorline.report import predict
 
     a = zoo.resolve(args.model, need="config", download=args.download)
     gpu = specs.lookup(args.gpu)
@@ -305,7 +326,9 @@ def cmd_predict(args) -> int:
 def cmd_explain(args) -> int:
     from pathlib import Path
 
-    from floorline import display, explain, records
+    from floorline.bench import explain
+    from floorline.core import records
+    from floorline.report import display
 
     cfg = _run_config(args, _names(args.mode))
     if cfg.tp > 1:
@@ -325,7 +348,7 @@ def cmd_explain(args) -> int:
         if r.get("kernels_by_slot") and r["device"] != "cpu":  # (the CPU's aten ops: dozens, little to learn)
             out.print(display.table(display.SLOT_HEADER, display.slot_rows(r),
                                     f"by place in the layer (native: 1/2 q/k/v, 2/2 o, the MLP its own kernel; or "
-                                    f"FLOORLINE_FUSED_MLP=0: 1/4 q/k/v, 2/4 o, 3/4 gate_up, 4/4 down; "
+                                    f"mlp=gemv: 1/4 q/k/v, 2/4 o, 3/4 gate_up, 4/4 down; "
                                     f"after: lm_head), {r['mode']} ctx {r['ctx']}"))
     d = Path(args.out)
     d.mkdir(parents=True, exist_ok=True)
@@ -338,7 +361,8 @@ def cmd_explain(args) -> int:
 
 # ----------------------------------------------------------------------------------------------------------- quant
 def cmd_quant(args) -> int:
-    from floorline import display, quantrows, quantstudy
+    from floorline.report import display, quantrows
+    from floorline.study import quantstudy
 
     if args.quant != "none":
         raise UserError("quant compares backends: give them with --backends, not --quant")
@@ -369,7 +393,9 @@ def cmd_quant(args) -> int:
 
 # -------------------------------------------------------------------------------------------------------- endpoint
 def cmd_endpoint(args) -> int:
-    from floorline import display, endpoint, records
+    from floorline.core import records
+    from floorline.report import display
+    from floorline.serve import endpoint
 
     cfg = endpoint.EndpointConfig(
         url=args.url, model=args.model, ctxs=args.ctx, served_model=args.served_model, warmup=args.warmup,
@@ -403,7 +429,7 @@ def cmd_endpoint(args) -> int:
 
 
 def _print_records(args, done: list[dict]) -> None:
-    from floorline import display
+    from floorline.report import display
 
     if args.format == "json":
         out.print_json(json.dumps(done))
@@ -417,7 +443,8 @@ def _print_records(args, done: list[dict]) -> None:
 
 # ---------------------------------------------------------------------------------------------------------- import
 def cmd_import(args) -> int:
-    from floorline import llamabench, records
+    from floorline.core import records
+    from floorline.serve import llamabench
 
     recs, notes = llamabench.import_file(args.bench, args.model, download=args.download, gpu=args.gpu,
                                          device=args.device)
@@ -436,8 +463,9 @@ def cmd_allreduce(args) -> int:
     import json as _json
     from dataclasses import asdict
 
-    from floorline import allreduce, records, zoo
-    from floorline.launcher import run_spec
+    from floorline.core import records, zoo
+    from floorline.study import allreduce
+    from floorline.study.launcher import run_spec
 
     hidden = args.hidden or zoo.resolve(args.model, need="config").hidden
     cpu = args.device.startswith("cpu")
@@ -459,6 +487,39 @@ def cmd_allreduce(args) -> int:
     if args.output:
         err.print(f"{len(recs)} record(s) appended to {args.output}")
     return 0 if not why else 1
+
+
+# ----------------------------------------------------------------------------------------------------------- check
+def cmd_check(args) -> int:
+    """Mode native's kernels against their references on this GPU, then timed alone (bench/check.py)."""
+    import torch
+
+    from floorline.bench import check
+    from floorline.core import records, zoo
+    from floorline.report import display
+
+    if not torch.cuda.is_available():
+        out.print("no CUDA GPU here: mode native's kernels run on NVIDIA GPUs (on the CPU only under Triton's "
+                  "interpreter, in the tests: python -m pytest tests/test_native.py); the other modes run as they are")
+        return 0
+    ctxs = args.ctx or [zoo.DEFAULT_GPU_CTX, 16384]
+    if min(ctxs) <= 0:
+        raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")
+    with err.status("floorline check") as status:
+        info, rows = check.check(args.model, ctxs, timed=not args.no_time, log=lambda m: status.update(m))
+    out.print(display.table(display.CHECK_HEADER, display.check_rows(rows),
+                            f"{info['device_name']} (compute capability {info['capability']}): mode native's kernels "
+                            f"on {info['model']}'s shapes against their references, then alone; copy bandwidth "
+                            f"{info['copy_gbps']:.0f} GB/s measured; programmatic dependent launch "
+                            f"{'on' if info['pdl'] else 'off'}; CUDA kernels: {info['cuda_kernels']}"))
+    bad = [r for r in rows if not r["ok"]]
+    out.print(f"{len(rows) - len(bad)} of {len(rows)} kernels match their references"
+              + (": " + "; ".join(f"{r['kernel']} ({r['fmt']})" for r in bad) + " FAILED" if bad else ""))
+    if args.output:
+        records.append(args.output, [{"kind": "check", "schema_version": records.SCHEMA_VERSION, **info, **r}
+                                     for r in rows])
+        err.print(f"{len(rows)} rows appended to {args.output}")
+    return 1 if bad else 0
 
 
 # ------------------------------------------------------------------------------------------------------------ main
@@ -503,6 +564,10 @@ def build_parser() -> Parser:
                                                           "symmetric memory's one-shot); gloo on the CPU")
     opts.add_argument("--quant", default="none", help="decoder matrices: none/bf16 (default), nf4, gptq-exllamav2, "
                                                       "awq-marlin, int4-tinygemm, int4-gemlite or int4 (floorline's)")
+    opts.add_argument("--native", default="", metavar="NAME=VALUE,...",
+                      help="mode native's options: mlp=fused|gemv, attn_kernel=auto|triton|cuda, "
+                           "attn_chunk=0|64..1024, pdl=auto|off, step_tune=on|off (default: the first of each; "
+                           "docs/native.md)")
 
     cell = argparse.ArgumentParser(add_help=False, parents=[opts])
     cell.add_argument("--model", default=None,
@@ -649,6 +714,15 @@ def build_parser() -> Parser:
     ar.add_argument("--timeout", type=float, default=600, help="seconds before the ranks are killed")
     ar.add_argument("--output", help="append the records to this JSON-lines file")
     ar.set_defaults(fn=cmd_allreduce)
+
+    ck = sub.add_parser("check", parents=[common], help="mode native's kernels against their references on this GPU, "
+                                                        "then timed alone (run it first on a new machine)")
+    ck.add_argument("--model", default="qwen2.5-7b", help="whose shapes (zoo name or local directory; default "
+                                                          "qwen2.5-7b)")
+    ck.add_argument("--ctx", type=_int_list, default=None, help="the attention's contexts (default 2048,16384)")
+    ck.add_argument("--no-time", action="store_true", help="check only: no timing")
+    ck.add_argument("--output", help="append one record per kernel to this JSON-lines file")
+    ck.set_defaults(fn=cmd_check)
 
     e = sub.add_parser("explain", parents=[common, cell], help="profile a few steps: where the gap to the floor goes")
     e.add_argument("--mode", default="all", help="modes to compare side by side, comma-separated, or all")

@@ -3,7 +3,7 @@
 w = (code - zero) * scale, codes 0..15 (round-to-nearest, asymmetric; quant/int4.py quantises). The same bytes in
 either layout: N*K/2 of codes, N*K/128 * 2 of scales and as many of zeros (floor.py counts them).
 
-`rows` (the Triton GEMV's, native/kernels.py): words int32 (N, K/8), row-major along K; in each group of 128 inputs
+`rows` (the Triton GEMV's, native/gemv.py): words int32 (N, K/8), row-major along K; in each group of 128 inputs
   code j (bits 4j..4j+3) of the group's word i (0..15) is input 16j + i. scales, zeros bf16 (N, K/128).
 `mma` (the CUDA GEMV's, native/int4_cuda.py): 16-row tiles, each read as tensor-core A fragments with no shuffles.
   words int32 (N/16, K/64 * 128): per tile and 64-input block, 32 lanes x 4 words (one 16-byte load a lane); word j

@@ -1,19 +1,19 @@
-"""A layer's whole MLP in one kernel, split over the intermediate dimension (mode native's dense step; off with
-FLOORLINE_FUSED_MLP=0).
+"""A layer's whole MLP in one kernel, split over the intermediate dimension (mode native's dense step; NativeOptions
+mlp=gemv runs gate_up then down as two GEMVs instead).
 
     x_out = x + down(silu(gate(n(x))) * up(n(x)))        n: RMSNorm(x) * g
 
 The two-GEMV MLP (gate_up, then down) has a kernel boundary between them: down needs every element of
 silu(gate) * up, so it waits for all of gate_up's programs to finish and its own to ramp up (about 3 us a layer on the
-H200 by the step's probe, FLOORLINE_PROBE_NO_WAIT=down). Split the other way, as tensor parallelism splits an MLP
-over GPUs, no program needs another's output: program p owns a contiguous range of intermediate rows j, computes
-h_j = silu(g_j) u_j from gate row j and up row j (dot products with n(x): hidden columns each), and adds h_j times
-row j of down^T into a private fp32 vector of `hidden` partial sums. The rows are shared out evenly: program p
-of P takes rows [p I / P, (p + 1) I / P) in tiles of BJ, the last one masked where short (FLOORLINE_MLP_SPLIT:
-other shares). At its end it adds that vector into the next residual buffer with fp32 atomics (hidden
-atomics a program, a few hundred programs a layer). down is stored transposed, (intermediate, hidden), so a
-program's rows are contiguous; gate rows j and up rows j come from the same
-fused (2 intermediate, hidden) matrix as the two-GEMV path's.
+H200, by a probe of the step whose down kernel skipped that wait). Split the other way, as tensor parallelism splits
+an MLP over GPUs, no program needs another's output: program p owns a contiguous range of intermediate rows j,
+computes h_j = silu(g_j) u_j from gate row j and up row j (dot products with n(x): hidden columns each), and adds h_j
+times row j of down^T into a private fp32 vector of `hidden` partial sums. The rows are shared out evenly: program p
+of P takes rows [p I / P, (p + 1) I / P) in tiles of BJ, the last one masked where short (whole tiles a program, and
+tiles strided over the programs, measured slower: docs/lab/2026-12-02-fused-mlp.md). At its end it adds that vector
+into the next residual buffer with fp32 atomics (hidden atomics a program, a few hundred programs a layer). down is
+stored transposed, (intermediate, hidden), so a program's rows are contiguous; gate rows j and up rows j come from
+the same fused (2 intermediate, hidden) matrix as the two-GEMV path's.
 
 The residual cannot be updated in place (a program would add into x while another still reads it), so the step
 rotates three fp32 buffers: layer l reads B[l % 3] (q/k/v, o adds into it in place as before, this kernel reads it),
@@ -26,11 +26,13 @@ Bytes: the same weights as the two GEMVs (3 intermediate x hidden bf16), x once 
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from floorline.native import kernels as K
+from floorline.device import timing
+from floorline.native import INTERPRET
+from floorline.native import pdl as P
+from floorline.native.refs import rmsnorm
+from floorline.native.tuner import TUNER
 
 try:
     import triton
@@ -40,52 +42,15 @@ except ImportError:
 
 # (rows a tile BJ, warps, programs per SM): the candidates the step re-times (retune_in_step); the first is used until
 # then. Each program keeps the next tile's 3 BJ rows in flight while it uses this one's. Offline SASS (sm_90, hidden
-# 4096, the row split): 102, 86, 159, 214 and 249 registers, no spills. Left out: BJ 8 (spills hundreds of bytes),
-# (4, 32, 1) (spills; ~10 ms a step in every re-timing), (2, 32, 1) and (1, 16, 1) (no spills, but 10.7-11.8 and
-# 4.7-5.3 ms a step in session 18's re-timings, results/h200/session18/mlp-split). On the H200 the step took
-# (4, 16, 1) for both models with whole tiles a program (session16/fused-mlp); with the row split llama-3.1-8b takes
-# (2, 16, 1) (session18/mlp-rows, mlp-split: 3.838-3.855 against 3.862-3.865 in the re-timing), qwen2.5-7b (4, 16, 1).
+# 4096): 102, 86, 159, 214 and 249 registers, no spills. Left out: BJ 8 (spills hundreds of bytes), (4, 32, 1) (spills;
+# ~10 ms a step in every re-timing), (2, 32, 1) and (1, 16, 1) (no spills, but 10.7-11.8 and 4.7-5.3 ms a step). On
+# the H200 the step takes (4, 16, 1) for qwen2.5-7b and (2, 16, 1) for llama-3.1-8b (docs/lab/2026-12-02-fused-mlp.md).
 CANDIDATES = [(4, 16, 1), (2, 16, 1), (2, 8, 1), (4, 8, 1), (2, 4, 2)]
-_CHOICE: dict = {}  # (hidden, intermediate): the candidate in use
-last_step_tuning: dict = {}
-_USED: set = set()  # (hidden, intermediate) of tri_mlp's launches since retune_in_step cleared it
-_WARM: set = set()  # (hidden, intermediate, dtype, PDL mode): every candidate compiled
-
-
-def enabled() -> bool:
-    """Whether the native step runs each dense MLP as one kernel (this module): FLOORLINE_FUSED_MLP, 1 (the default)
-    or 0 (gate_up then down, two GEMVs). On the H200, ctx 2048 bf16: qwen2.5-7b 3.610 -> 3.475 ms, llama-3.1-8b
-    3.891 -> 3.789 (results/h200/session16/fused-mlp/)."""
-    v = os.environ.get("FLOORLINE_FUSED_MLP", "1")
-    if v not in ("0", "1"):
-        from floorline.errors import UserError
-
-        raise UserError(f"FLOORLINE_FUSED_MLP={v!r}: use 0 or 1")
-    return v == "1"
-
-
-SPLITS = ("tiles", "rows", "strided")  # the kernel's SPLIT: 0, 1, 2
-
-
-def split_mode() -> str:
-    """How the fused MLP shares the intermediate rows among its programs: FLOORLINE_MLP_SPLIT, `rows` (the default:
-    program p of P takes rows [p I / P, (p + 1) I / P) in tiles of BJ, its last tile masked where short), `tiles`
-    (whole tiles a program, contiguous: llama-3.1-8b's 3584 tiles over 132 programs leave 20 with a 28th) or `strided`
-    (tile p, p + P, p + 2P, ...: at any moment the programs read neighbouring tiles). H200, native bf16 ctx 2048, one
-    process a cell (results/h200/session18/mlp-rows): llama-3.1-8b 3.850 / 3.852 ms with tiles, 3.830 / 3.832 with
-    rows (its re-timing took (2, 16, 1), which tiles had put at 4.09 ms: not explained by the SASS, which differs only
-    in the masks); qwen2.5-7b 3.552 -> 3.538."""
-    v = os.environ.get("FLOORLINE_MLP_SPLIT", "rows")
-    if v not in SPLITS:
-        from floorline.errors import UserError
-
-        raise UserError(f"FLOORLINE_MLP_SPLIT={v!r}: use {', '.join(SPLITS)}")
-    return v
 
 
 def ref_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, norm_w: torch.Tensor, eps: float):
     """The torch reference (fp32): x + down_t^T (silu(g) * u), [g; u] = gate_up n(x)."""
-    gu = gate_up.float() @ K.rmsnorm(x, norm_w, eps)
+    gu = gate_up.float() @ rmsnorm(x, norm_w, eps)
     g, u = gu.chunk(2)
     return x.float() + (torch.nn.functional.silu(g) * u) @ down_t.float()
 
@@ -93,59 +58,35 @@ def ref_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, norm_w
 if triton is not None:
 
     @triton.jit
-    def _mlp(WGU, WDT, X, NW, XO, XZ, H, I, eps, TILES,
-             BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr, SPLIT: tl.constexpr = 1):
-        if PDL == 1:
-            tl.extra.cuda.gdc_launch_dependents()
+    def _mlp(WGU, WDT, X, NW, XO, XZ, H, I, eps, BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr):
         pid = tl.program_id(0)
         npr = tl.num_programs(0)
-        ROWS: tl.constexpr = SPLIT == 1
-        STRIDED: tl.constexpr = SPLIT == 2
-        if ROWS:  # this program's intermediate rows [r0, r1), in tiles of BJ (the last one masked where short)
-            r0 = pid * I // npr
-            r1 = (pid + 1) * I // npr
-            t0 = 0
-            t1 = tl.cdiv(r1 - r0, BJ)
-            step = 1
-        elif STRIDED:  # tiles pid, pid + npr, ... of BJ intermediate rows
-            t0 = pid
-            t1 = TILES
-            step = npr
-        else:
-            t0 = pid * TILES // npr  # this program's tiles of BJ intermediate rows: [t0, t1)
-            t1 = (pid + 1) * TILES // npr
-            step = 1
+        # this program's intermediate rows [r0, r1), in tiles of BJ (the last one masked where short)
+        r0 = pid * I // npr
+        r1 = (pid + 1) * I // npr
+        t0 = 0
+        t1 = tl.cdiv(r1 - r0, BJ)
+        step = 1
         rk = tl.arange(0, HP)
         km = rk < H
         i = tl.arange(0, 2 * BJ)  # a tile's gate rows, then its up rows (I rows further)
-        if ROWS:
-            jg = r0 + i % BJ  # each gate/up tile row's intermediate row
-            jd = r0 + tl.arange(0, BJ)  # each down^T tile row's
-            gu_rows = (jg + (i // BJ) * I)[:, None] * H + rk[None, :]
-            d_rows = jd[:, None] * H + rk[None, :]
-            wgu = tl.load(WGU + gu_rows, mask=km[None, :] & (jg < r1)[:, None], other=0.0,
-                          eviction_policy="evict_first")
-            wd = tl.load(WDT + d_rows, mask=km[None, :] & (jd < r1)[:, None], other=0.0, eviction_policy="evict_first")
-        else:
-            gu_rows = (t0 * BJ + i % BJ + (i // BJ) * I)[:, None] * H + rk[None, :]
-            d_rows = (t0 * BJ + tl.arange(0, BJ))[:, None] * H + rk[None, :]
-            live = km[None, :] & ((tl.zeros([1, 1], dtype=tl.int32) + t0) < t1)
-            # the first tile is requested before the wait: weights never depend on the previous kernel
-            wgu = tl.load(WGU + gu_rows, mask=live, other=0.0, eviction_policy="evict_first")
-            wd = tl.load(WDT + d_rows, mask=live, other=0.0, eviction_policy="evict_first")
-        K._pdl_wait(PDL)
+        jg = r0 + i % BJ  # each gate/up tile row's intermediate row
+        jd = r0 + tl.arange(0, BJ)  # each down^T tile row's
+        gu_rows = (jg + (i // BJ) * I)[:, None] * H + rk[None, :]
+        d_rows = jd[:, None] * H + rk[None, :]
+        # the first tile is requested before the wait: weights never depend on the previous kernel
+        wgu = tl.load(WGU + gu_rows, mask=km[None, :] & (jg < r1)[:, None], other=0.0, eviction_policy="evict_first")
+        wd = tl.load(WDT + d_rows, mask=km[None, :] & (jd < r1)[:, None], other=0.0, eviction_policy="evict_first")
+        P.wait(PDL)
         x = tl.load(X + rk, mask=km, other=0.0)
         xn = x * tl.load(NW + rk, mask=km, other=0.0) / tl.sqrt(tl.sum(x * x, 0) / H + eps)
         y = tl.where(pid == 0, x, 0.0)  # program 0 carries the residual itself
         tl.store(XZ + rk, tl.zeros([HP], dtype=tl.float32), mask=km & (rk % npr == pid))  # the next layer's buffer
         half = tl.arange(0, 2)[:, None]
         for t in range(t0, t1, step):
-            if ROWS:  # the next tile's rows, masked past r1 (a short last tile: rows of zeros, h = 0)
-                mg = km[None, :] & (jg + (t + 1) * BJ < r1)[:, None]
-                md = km[None, :] & (jd + (t + 1) * BJ < r1)[:, None]
-            else:
-                mg = km[None, :] & ((tl.zeros([1, 1], dtype=tl.int32) + t + step) < t1)
-                md = mg
+            # the next tile's rows, masked past r1 (a short last tile: rows of zeros, h = 0)
+            mg = km[None, :] & (jg + (t + 1) * BJ < r1)[:, None]
+            md = km[None, :] & (jd + (t + 1) * BJ < r1)[:, None]
             wgu2 = tl.load(WGU + gu_rows + step * BJ * H, mask=mg, other=0.0, eviction_policy="evict_first")
             wd2 = tl.load(WDT + d_rows + step * BJ * H, mask=md, other=0.0, eviction_policy="evict_first")
             s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)  # (2 BJ,): gate sums then up sums
@@ -158,8 +99,6 @@ if triton is not None:
             wd = wd2
             gu_rows += step * BJ * H
             d_rows += step * BJ * H
-        if PDL == 2:  # FLOORLINE_PDL=late: after the main loop
-            tl.extra.cuda.gdc_launch_dependents()
         tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
 
 
@@ -173,10 +112,11 @@ def _sms(dev) -> int:
 
 
 def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: torch.Tensor, zero: torch.Tensor,
-            norm_w: torch.Tensor, eps: float, config: tuple | None = None, split: str | None = None) -> None:
+            norm_w: torch.Tensor, eps: float, config: tuple | None = None, pdl: int | None = None) -> None:
     """out += ref_mlp(...) (out holds zeros: the result lands there) and zero[:] = 0, in one launch. x, out, zero:
     three distinct fp32 vectors of `hidden`; gate_up (2 intermediate, hidden) and down_t (intermediate, hidden) bf16.
-    config: (BJ, warps, programs an SM), else the step's choice; split: one of SPLITS, else split_mode()'s."""
+    config: (BJ, warps, programs an SM), else the tuner's choice; pdl: the kernels' PDL switch (None: where the GPU
+    has it)."""
     i2, h = gate_up.shape
     inter = i2 // 2
     if down_t.shape != (inter, h) or not (gate_up.is_contiguous() and down_t.is_contiguous()):
@@ -188,39 +128,30 @@ def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: t
     if 2 * inter * h >= 2**31:  # the kernel's int32 offsets
         raise ValueError(f"tri_mlp: gate_up of {2 * inter} x {h} is past the kernel's int32 offsets")
     key = (h, inter)
-    bj, warps, per_sm = config or _CHOICE.get(key) or fitting(inter)[0]
-    mode = split or split_mode()
-    if mode not in SPLITS:
-        raise ValueError(f"tri_mlp: split {mode!r} is not one of {SPLITS}")
-    if inter % bj and mode != "rows":
-        raise ValueError(f"tri_mlp: intermediate {inter} is not a multiple of {bj}")
-    pdl = K._pdl_for("mlp")
+    bj, warps, per_sm = config or TUNER.mlp_choice.get(key) or fitting(inter)[0]
+    pdl = (P.mode("auto", x.device) if pdl is None else pdl) if not INTERPRET else 0
     args = (gate_up, down_t, x, norm_w, out, zero, h, inter, eps)
-    split = SPLITS.index(mode)
-    warm = (h, inter, gate_up.dtype, pdl, split)
-    if warm not in _WARM and not K.INTERPRET and not torch.cuda.is_current_stream_capturing():
+    warm = (h, inter, gate_up.dtype, pdl)
+    if warm not in TUNER.mlp_warm and not INTERPRET and not torch.cuda.is_current_stream_capturing():
         for c in fitting(inter):  # compiled now, not while the step tuner captures a graph
-            _mlp.warmup(*args, inter // c[0], BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, SPLIT=split,
-                        num_warps=c[1], grid=(1,), **K._launch(pdl))
-        _WARM.add(warm)
-    _USED.add(key)
-    progs = per_sm if K.INTERPRET else _sms(x.device) * per_sm  # the interpreter: as many programs as per_sm says
-    _mlp[(progs,)](*args, inter // bj, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, SPLIT=split, num_warps=warps,
-                   **K._launch(pdl))
+            _mlp.warmup(*args, BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, num_warps=c[1], grid=(1,),
+                        **P.launch_kwargs(pdl))
+        TUNER.mlp_warm.add(warm)
+    TUNER.used.add(("mlp", key))
+    progs = per_sm if INTERPRET else _sms(x.device) * per_sm  # the interpreter: as many programs as per_sm says
+    _mlp[(progs,)](*args, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, num_warps=warps, **P.launch_kwargs(pdl))
 
 
 def retune_in_step(capture, state: list, reps: int = 30) -> None:
-    """Each fused-MLP shape the step launches (one capture first, as kernels.retune_in_step finds its shapes), its
+    """Each fused-MLP shape the step launches (one capture first, as gemv.retune_in_step finds its shapes), its
     candidates timed in the whole step (timing.fastest_in_step, as the GEMV tiles are), the fastest kept."""
-    from floorline import timing
-
-    global last_step_tuning
-    last_step_tuning = {}
-    _USED.clear()
+    TUNER.step_tuning["mlp"] = trials = {}
+    TUNER.clear_used()
     graph = capture()  # which shapes this step launches (not another model's earlier in the process)
     del graph
-    for key in sorted(_USED):
-        use = lambda c, key=key: _CHOICE.__setitem__(key, c)  # noqa: E731
+    for kind, key in sorted(TUNER.used):
+        if kind != "mlp":
+            continue
+        use = lambda c, key=key: TUNER.mlp_choice.__setitem__(key, c)  # noqa: E731
         times = timing.fastest_in_step(fitting(key[1]), use, capture, state, reps)
-        last_step_tuning[f"{key[1]}x{key[0]} mlp"] = {f"bj{c[0]} w{c[1]} x{c[2]}": round(t, 4)
-                                                      for c, t in times.items()}
+        trials[f"{key[1]}x{key[0]} mlp"] = {f"bj{c[0]} w{c[1]} x{c[2]}": round(t, 4) for c, t in times.items()}

@@ -7,8 +7,10 @@ cache (layers, kv_heads, length, head_dim) sized to the run.
 RoPE tables come from the HF model's own rotary embedding (so llama3 scaling is HF's), as cos / sin per position.
 
 A decode step reads the token and the position from device tensors and writes the next token and position back in
-place, so the whole step can be one CUDA graph. `ops` picks the kernels: "triton" (native/kernels.py) or "torch"
-(their references, any device). The residual stream and every activation vector stay fp32.
+place, so the whole step can be one CUDA graph. `ops` picks the kernels: "triton" (gemv.py, mlp.py, attention.py,
+ends.py, with int4_cuda.py and attn_cuda.py where they run) or "torch" (refs.py: their references, any device);
+`options` (NativeOptions) the settings that change the step. The residual stream and every activation vector stay
+fp32.
 Prefill runs plain torch (batched matmuls and SDPA, in chunks) into the same cache: it is not timed.
 """
 
@@ -18,35 +20,37 @@ import math
 
 import torch
 
-from floorline.native import kernels as K
+from floorline.native import attention as A
+from floorline.native import ends as E
+from floorline.native import gemv as G
 from floorline.native import mlp as M
+from floorline.native import pdl as P
+from floorline.native import refs as R
+from floorline.native.options import NativeOptions
 
 
 class NativeModel:
-    def __init__(self, hf, max_len: int, ops: str = "triton"):
+    def __init__(self, hf, max_len: int, ops: str = "triton", options: NativeOptions = NativeOptions()):
         cfg = hf.config
         self.ops = ops
+        self.options = options
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.hidden, self.eps = cfg.hidden_size, cfg.rms_norm_eps
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.max_len = max_len
-        # each MLP one kernel (mlp.py; FLOORLINE_FUSED_MLP=0: gate_up then down), dense weights only
-        # (the tensor-parallel subclass has its own step)
-        self.fused_mlp = (M.enabled() and type(self) is NativeModel
+        # each MLP one kernel (mlp.py; options.mlp "gemv": gate_up then down), dense weights only (the
+        # tensor-parallel subclass has its own step)
+        self.fused_mlp = (options.mlp == "fused" and type(self) is NativeModel
                           and not hasattr(hf.model.layers[0].mlp.down_proj, "words"))
-        if self.fused_mlp and K.PROBE_NO_WAIT & {"gate_up", "down"}:  # kernels this step does not launch
-            from floorline.errors import UserError
-
-            raise UserError("FLOORLINE_PROBE_NO_WAIT: gate_up and down are one kernel here (the fused MLP): name mlp, "
-                            "or set FLOORLINE_FUSED_MLP=0")
         dev = next(hf.parameters()).device
+        self.pdl = P.mode(options.pdl, dev) if ops == "triton" else 0
         self.embed = hf.model.embed_tokens.weight
         self.final_norm = hf.model.norm.weight.float()  # norms in fp32 (tiny): the int4 CUDA GEMV reads them so
         self.lm_head = hf.lm_head.weight
         self.layers = [self._layer(layer) for layer in hf.model.layers]
         rot = hf.model.rotary_emb
-        self.cos, self.sin = K.rope_tables(rot.inv_freq, max_len, float(getattr(rot, "attention_scaling", 1.0)), dev)
+        self.cos, self.sin = R.rope_tables(rot.inv_freq, max_len, float(getattr(rot, "attention_scaling", 1.0)), dev)
         dt = self.embed.dtype
         n = len(self.layers)
         self.k_cache = torch.zeros(n, self.kv_heads, max_len, self.head_dim, device=dev, dtype=dt)
@@ -82,30 +86,30 @@ class NativeModel:
         # silu(gate) * up, from the gate_up GEMV's epilogue (the fused MLP keeps it in registers)
         self.act = None if self.fused_mlp else torch.zeros(inter, **f32)
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
-        self.next_state = K.next_token_state(dev) if self.ops == "triton" else None
-        self.attn = (K.AttnScratch(h, kv, d, self.max_len, dev, dtype=self.embed.dtype) if self.ops == "triton"
-                     else None)
+        self.next_state = E.next_token_state(dev) if self.ops == "triton" else None
+        self.attn = (A.AttnScratch(h, kv, d, self.max_len, dev, chunk=self.options.attn_chunk, dtype=self.embed.dtype,
+                                   kernel=self.options.attn_kernel, pdl=self.pdl) if self.ops == "triton" else None)
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
 
     # ------------------------------------------------------------------------------------------------ ops
-    def _gemv(self, m: dict, x, out, kind="", **kw):
+    def _gemv(self, m: dict, x, out, **kw):
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
         if self.ops == "triton":
-            return K.tri_gemv(w, x, out=out, eps=self.eps, **extra, kind=kind, **kw)
-        out.copy_(K.ref_gemv(w, x, eps=self.eps, **extra, **kw))
+            return G.tri_gemv(w, x, out=out, eps=self.eps, **extra, pdl=self.pdl, **kw)
+        out.copy_(R.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
     def _attention(self, i: int):
         """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
         kc, vc = self.k_cache[i], self.v_cache[i]
         if self.ops == "triton":
-            return K.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
+            return A.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
                                    zero_qkv=self.qkv_acc)
-        q = K.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim)
-        out = K.ref_attention(q, kc, vc, self.pos, self.scale)
+        q = R.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim)
+        out = R.ref_attention(q, kc, vc, self.pos, self.scale)
         if self.qkv_acc:
             self.qkv.zero_()
         return out
@@ -113,22 +117,22 @@ class NativeModel:
     def _mlp(self, lay: dict, x, out, zero) -> None:
         """out (zeros) = x + the layer's MLP of x; zero = 0 (mlp.py)."""
         if self.ops == "triton":
-            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps)
+            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps, pdl=self.pdl)
         else:
             out.add_(M.ref_mlp(lay["gate_up"]["w"], lay["down_t"], x, lay["ffn_norm"], self.eps))
             zero.zero_()
 
     def _qkv(self, lay: dict, x) -> None:
         """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed)."""
-        self._gemv(lay["qkv"], x, self.qkv, pro=K.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
-                   residual=self.qkv if self.qkv_acc else None, kind="qkv")
+        self._gemv(lay["qkv"], x, self.qkv, pro=R.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
+                   residual=self.qkv if self.qkv_acc else None)
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
         """One token: self.tok at self.pos in, the next token and position out, all on the device, in place."""
         x, xs = self.x, self.xs  # layer i reads xs[i % len(xs)]: one buffer, or the fused MLP's three in turn
         if self.ops == "triton":  # a PDL launch: the first q/k/v GEMV's programs load weights while it runs
-            K.tri_embed(self.embed, self.tok, x, zero_next=self.fused_mlp)
+            E.tri_embed(self.embed, self.tok, x, zero_next=self.fused_mlp, pdl=self.pdl)
         else:
             x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
             if self.fused_mlp:
@@ -137,17 +141,16 @@ class NativeModel:
             x = xs[i % len(xs)]
             self._qkv(lay, x)
             a = self._attention(i)
-            self._gemv(lay["o"], a, x, residual=x, kind="o")  # x += o(a), in place (split-K where it pays)
+            self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
             if self.fused_mlp:  # into the next buffer (zeroed), the one after it zeroed for the next layer
                 self._mlp(lay, x, xs[(i + 1) % 3], xs[(i + 2) % 3])
                 continue
-            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True,
-                       kind="gate_up")
-            self._gemv(lay["down"], self.act, x, residual=x, kind="down")
+            self._gemv(lay["gate_up"], x, self.act, pro=R.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
+            self._gemv(lay["down"], self.act, x, residual=x)
         x = xs[len(self.layers) % len(xs)]
-        self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm, kind="lm_head")
+        self._gemv({"w": self.lm_head}, x, self.logits, pro=R.PRO_RMSNORM, norm_w=self.final_norm)
         if self.ops == "triton":
-            K.tri_next_token(self.logits, self.tok, self.pos, self.next_state)
+            E.tri_next_token(self.logits, self.tok, self.pos, self.next_state, pdl=self.pdl)
         else:
             self.tok.copy_(self.logits.argmax().view(1))
             self.pos.add_(1)
@@ -177,20 +180,20 @@ class NativeModel:
         cos, sin = self.cos[start:end], self.sin[start:end]
         mask = torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)  # row i sees 0..start+i
         for i, lay in enumerate(self.layers):
-            hn = K.rmsnorm(x, lay["attn_norm"], self.eps)
+            hn = R.rmsnorm(x, lay["attn_norm"], self.eps)
             qkv = _mm(hn, lay["qkv"], lay["qkv_bias"])
             qkv = qkv.reshape(n, h + 2 * kv, d)
-            q = K._rotate(qkv[:, :h], cos[:, None], sin[:, None])
-            k = K._rotate(qkv[:, h:h + kv], cos[:, None], sin[:, None])
+            q = R.rotate(qkv[:, :h], cos[:, None], sin[:, None])
+            k = R.rotate(qkv[:, h:h + kv], cos[:, None], sin[:, None])
             self.k_cache[i, :, start:end] = k.transpose(0, 1).to(self.k_cache.dtype)
             self.v_cache[i, :, start:end] = qkv[:, h + kv:].transpose(0, 1).to(self.v_cache.dtype)
             kk = self.k_cache[i, :, :end].float().repeat_interleave(h // kv, 0)
             vv = self.v_cache[i, :, :end].float().repeat_interleave(h // kv, 0)
             o = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1), kk, vv, attn_mask=mask)
             x = x + self._reduce(_mm(o.transpose(0, 1).reshape(n, h * d), lay["o"]))
-            gate, up = _mm(K.rmsnorm(x, lay["ffn_norm"], self.eps), lay["gate_up"]).chunk(2, -1)
+            gate, up = _mm(R.rmsnorm(x, lay["ffn_norm"], self.eps), lay["gate_up"]).chunk(2, -1)
             x = x + self._reduce(_mm(torch.nn.functional.silu(gate) * up, lay["down"]))
-        last = K.rmsnorm(x[-1:], self.final_norm, self.eps)
+        last = R.rmsnorm(x[-1:], self.final_norm, self.eps)
         return _mm(last, {"w": self.lm_head}).reshape(-1)
 
 
@@ -233,7 +236,7 @@ def _mm(x: torch.Tensor, m: dict, bias: torch.Tensor | None = None) -> torch.Ten
     rounds twice, and the second rounding of a constant offset is the same error at every position: attention, which
     averages v over the positions, keeps it (Qwen2's v bias: twice HF bf16's logit error after 4096 positions)."""
     if "scales" in m:
-        y = x @ K.dequant_int4(m["w"], m["scales"], m["zeros"], m["layout"]).t()
+        y = x @ R.dequant_int4(m["w"], m["scales"], m["zeros"], m["layout"]).t()
         return y if bias is None else y + bias
     w = m["w"]
     return torch.nn.functional.linear(x.to(w.dtype), w, None if bias is None else bias.to(w.dtype)).float()

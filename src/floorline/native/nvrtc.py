@@ -1,48 +1,31 @@
 """CUDA C++ compiled at run time by NVRTC (which CUDA builds of torch bring: no nvcc on a user's machine), kept on disk,
-loaded through torch, launched with cuLaunchKernelEx (programmatic dependent launch). Shared by the int4 GEMV
-(int4_cuda) and the attention's chunks (attn_cuda), whose sources both start with PRELUDE."""
+loaded through torch, launched with cuLaunchKernelEx (programmatic dependent launch). The sources are the package's
+cuda/*.cu files (int4_gemv.cu: int4_cuda; attn_chunk.cu: attn_cuda), which include cuda/pdl.cuh."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
+from importlib import resources
 from pathlib import Path
 
 import torch
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
-# What every kernel source here starts with: the word type and programmatic dependent launch (PDL, a compile-time
-# switch: 0 off; the next kernel let launch at the start 1, after the main loop 2, or once this one has waited for its
-# predecessor 3): pdl_trigger(m) lets it launch where the mode is m, pdl_wait waits. pdl_wait_after waits once the
-# loads that produced `dep` have landed. Loads written before griddepcontrol.wait are not kept there: ptxas hoists the
-# wait (ACQBULK in SASS) above them (legal: a load made later), and in every int4_gemv config it did, so the first
-# weights were only requested once the previous kernel had finished. Guarding the wait with a predicate computed from
-# the loaded words (always true: a popcount is at most 32 < k, which ptxas cannot know) makes it wait for their data:
-# they are in flight, and usually landed, while the previous kernel runs.
-PRELUDE = r"""
-typedef unsigned int u32;
+HEADERS = ("pdl.cuh",)  # what the .cu files may include
 
-__device__ __forceinline__ void pdl_trigger(int mode) {
-#if PDL
-  if (mode == PDL) asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if PDL
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-  pdl_trigger(3);
-}
-__device__ __forceinline__ void pdl_wait_after(u32 dep, int k) {
-#if PDL
-  asm volatile("{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tpopc.b32 t, %0;\n\tsetp.lt.u32 p, t, %1;\n\t"
-               "@p griddepcontrol.wait;\n\t}" :: "r"(dep), "r"(k) : "memory");
-#endif
-  pdl_trigger(3);
-}
-"""
+
+def source(name: str) -> str:
+    """The text of cuda/`name`, shipped as package data."""
+    return resources.files("floorline.native").joinpath("cuda", name).read_text(encoding="utf-8")
+
+
+def source_digest(name: str) -> str:
+    """sha256 of a .cu file and every header it may include: what a cached cubin is keyed by."""
+    return hashlib.sha256("\0".join(source(n) for n in (name, *HEADERS)).encode()).hexdigest()
 
 
 def no_tensor_core_gpu(device: torch.device, what: str) -> str | None:
@@ -67,13 +50,16 @@ class LaunchConfig(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttr)), ("nattrs", ctypes.c_uint)]
 
 
-def compile_cubin(source: str, filename: str, defines: dict, arch: str) -> bytes:
-    """NVRTC: `source` with `defines` (-D name=int) -> a cubin for `arch` (e.g. "sm_90")."""
+def compile_cubin(name: str, defines: dict, arch: str) -> bytes:
+    """NVRTC: cuda/`name` with `defines` (-D name=int) -> a cubin for `arch` (e.g. "sm_90")."""
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "--use_fast_math"] + [f"-D{k}={int(v)}" for k, v in
                                                                              defines.items()]
     nvrtc = torch.cuda._utils._get_gpu_rtc_library()
     prog = ctypes.c_void_p()
-    _ok(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), filename.encode(), 0, None, None))
+    heads = (ctypes.c_char_p * len(HEADERS))(*[source(h).encode() for h in HEADERS])
+    names = (ctypes.c_char_p * len(HEADERS))(*[h.encode() for h in HEADERS])
+    _ok(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source(name).encode(), name.encode(), len(HEADERS), heads,
+                                        names))
     try:
         arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
         if nvrtc.nvrtcCompileProgram(prog, len(opts), arr) != 0:

@@ -17,11 +17,13 @@ import copy
 
 import torch
 
-from floorline import tp, tpdist
-from floorline.errors import UserError
-from floorline.native import kernels as K
+from floorline.core import tp
+from floorline.core.arch import Arch
+from floorline.core.errors import UserError
+from floorline.device import tpdist
 from floorline.native.model import NativeModel
-from floorline.zoo import Arch
+from floorline.native.options import NativeOptions
+from floorline.native.refs import PRO_RMSNORM
 
 
 def arch_of(hf) -> Arch:
@@ -90,7 +92,7 @@ def shard_hf(hf, n: int, rank: int) -> torch.nn.Module:
 
 class TPNativeModel(NativeModel):
     def __init__(self, hf, max_len: int, ops: str = "triton", comm: tpdist.Comm | None = None,
-                 backend: str = "nccl"):
+                 backend: str = "nccl", options: NativeOptions = NativeOptions()):
         comm = comm or tpdist.current()
         if comm is None:
             raise UserError("native tensor parallelism needs the process group floorline's launcher starts")
@@ -98,7 +100,7 @@ class TPNativeModel(NativeModel):
         self.sharded = shard_hf(hf, comm.size, comm.rank)
         self.vocab = hf.config.vocab_size
         self.vocab_first = self.sharded.shard.vocab_first
-        super().__init__(self.sharded, max_len, ops)
+        super().__init__(self.sharded, max_len, ops, options)
         self.ar = tpdist.AllReduce(backend, self.hidden, torch.float32, comm)
         self.x = self.ar.dst  # the residual stream is where the all-reduce lands
         self.key = torch.zeros(1, dtype=torch.long, device=self.x.device)
@@ -120,9 +122,9 @@ class TPNativeModel(NativeModel):
         for i, lay in enumerate(self.layers):
             self._qkv(lay, x)
             self._row_split(lay["o"], self._attention(i))
-            self._gemv(lay["gate_up"], x, self.act, pro=K.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
+            self._gemv(lay["gate_up"], x, self.act, pro=PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
             self._row_split(lay["down"], self.act)
-        self._gemv({"w": self.lm_head}, x, self.logits, pro=K.PRO_RMSNORM, norm_w=self.final_norm)
+        self._gemv({"w": self.lm_head}, x, self.logits, pro=PRO_RMSNORM, norm_w=self.final_norm)
         self.tok.copy_(tpdist.argmax_across(self.logits, self.vocab_first, self.key))
         self.pos.add_(1)
 
@@ -149,9 +151,10 @@ class TPNativeModel(NativeModel):
         return torch.cat(parts)[:self.vocab]
 
 
-def native_model(hf, max_len: int, ops: str = "triton", backend: str = "nccl") -> NativeModel:
+def native_model(hf, max_len: int, ops: str = "triton", backend: str = "nccl",
+                 options: NativeOptions = NativeOptions()) -> NativeModel:
     """The model mode native runs: sharded when this process is a rank of a tensor-parallel group."""
     comm = tpdist.current()
     if comm is None or comm.size == 1:
-        return NativeModel(hf, max_len, ops)
-    return TPNativeModel(hf, max_len, ops, comm, backend)
+        return NativeModel(hf, max_len, ops, options)
+    return TPNativeModel(hf, max_len, ops, comm, backend, options)

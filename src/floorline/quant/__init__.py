@@ -7,8 +7,8 @@ each against its dequantised weights before anything is timed; lm_head, embeddin
 
 from __future__ import annotations
 
-from floorline import quantrows
-from floorline.errors import UserError
+from floorline.core import records
+from floorline.core.errors import UserError
 from floorline.quant.awq_marlin import AwqMarlin
 from floorline.quant.base import Backend, Conversion, QuantCheckError, convert, decoder_linears
 from floorline.quant.gemlite import Int4Gemlite
@@ -17,7 +17,7 @@ from floorline.quant.int4 import Int4Native
 from floorline.quant.nf4 import NF4
 from floorline.quant.tinygemm import Int4Tinygemm
 
-REFERENCE = quantrows.REFERENCE
+REFERENCE = records.QUANT_REFERENCE
 ALIASES = {"bf16": REFERENCE, "none": REFERENCE}
 BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (NF4, GptqExllamaV2, AwqMarlin, Int4Tinygemm, Int4Gemlite,
                                                            Int4Native)}
@@ -43,4 +43,4 @@ def get(name: str) -> Backend | None:
     return None if name == REFERENCE else BACKENDS[name]()
 
 
-label = quantrows.label  # how tables name a backend (bf16 for the reference)
+label = records.quant_label  # how tables name a backend (bf16 for the reference)

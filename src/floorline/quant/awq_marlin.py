@@ -16,7 +16,7 @@ import importlib.util
 
 import torch
 
-from floorline import floor
+from floorline.core import floor
 from floorline.quant.base import GROUP, Backend, Packed, dequant, pack_int4_int32, rtn
 
 TILE = 16

@@ -19,9 +19,9 @@ from typing import Callable, Iterator
 
 import torch
 
-from floorline import floor
+from floorline.core import floor
+from floorline.core.errors import UserError
 from floorline.native import int4_format
-from floorline.errors import UserError
 
 GROUP = int4_format.GROUP  # every int4 backend quantises with groups of 128 inputs (the study's setting)
 CHECK_ROWS = (1, 64)  # decode (batch 1) and a prefill-sized input: some libraries take another path for many rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from floorline import floor
+from floorline.core import floor
 from floorline.quant.base import GROUP, Backend, Packed, rtn
 
 

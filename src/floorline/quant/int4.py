@@ -2,20 +2,19 @@
 
 Group 128 along the input, a bf16 scale and a bf16 zero per group: w = (code - zero) * scale. On a GPU that builds
 it (compute capability >= 8.0, NVRTC) the matrices take the `mma` layout and batch-1 inputs run the CUDA GEMV
-(native/int4_cuda.py); elsewhere the `rows` layout and the Triton GEMV (native/kernels.py), or its torch reference
+(native/int4_cuda.py); elsewhere the `rows` layout and the Triton GEMV (native/gemv.py), or its torch reference
 on the CPU. The quantiser is floorline's round-to-nearest (asymmetric, per group; no calibration data). More rows
-(prefill) dequantise and multiply in torch. FLOORLINE_INT4=triton keeps the Triton GEMV on a GPU (for comparison).
+(prefill) dequantise and multiply in torch.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 
 import torch
 
-from floorline import floor
+from floorline.core import floor
 from floorline.native import int4_format as F
 from floorline.quant.base import Backend, Packed, dequant, rtn
 
@@ -23,8 +22,6 @@ from floorline.quant.base import Backend, Packed, dequant, rtn
 @functools.lru_cache(maxsize=None)
 def cuda_gemv_unavailable(device: torch.device) -> str | None:
     """Why the CUDA GEMV will not serve int4 on `device` (one line), or None."""
-    if os.environ.get("FLOORLINE_INT4", "cuda") == "triton":
-        return "FLOORLINE_INT4=triton"
     from floorline.native import int4_cuda
 
     return int4_cuda.unavailable(device)
@@ -44,21 +41,19 @@ class Int4Linear(torch.nn.Module):
         self.words, self.scales, self.zeros, self.bias = words, scales, zeros, bias
         self.bias_f32 = None if bias is None else bias.float()  # the GEMVs add an fp32 bias
         self.in_features, self.out_features, self.layout = in_features, out_features, layout
-        from floorline.native import kernels  # here, not at import: it loads Triton
-
-        self.kernels = kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        K = self.kernels
+        from floorline.native import gemv, refs  # here, not at import: gemv loads Triton
+
         x2 = x.reshape(-1, self.in_features)
         kw = dict(scales=self.scales, zeros=self.zeros, bias=self.bias_f32, layout=self.layout)
         if x2.shape[0] == 1 and x.is_cuda and self.layout == "mma" and x.dtype == torch.bfloat16:
             # bf16 in, bf16 out from the kernel itself: no casts around it (HF's modes call this once per matrix)
             y = torch.empty(self.out_features, device=x.device, dtype=torch.bfloat16)
-            K.tri_gemv(self.words, x2[0], out=y, **kw)
+            gemv.tri_gemv(self.words, x2[0], out=y, **kw)
             return y.view(*x.shape[:-1], self.out_features)
         if x2.shape[0] == 1:
-            y = (K.tri_gemv if x.is_cuda else K.ref_gemv)(self.words, x2[0], **kw).view(1, -1)
+            y = (gemv.tri_gemv if x.is_cuda else refs.ref_gemv)(self.words, x2[0], **kw).view(1, -1)
         else:
             y = x2.float() @ F.dequant(self.words, self.scales, self.zeros, self.layout).t()
             if self.bias is not None:
@@ -75,7 +70,7 @@ class Int4Native(Backend):
     dtypes = ("bf16", "fp16", "fp32")
     quantiser = "floorline round-to-nearest, asymmetric int4, group 128"
     kernel = ("floorline W4A16 GEMV: CUDA (NVRTC, tensor-core mma, native/int4_cuda.py) where it builds, else Triton "
-              "(native/kernels.py); torch reference on the CPU")
+              "(native/gemv.py); torch reference on the CPU")
 
     def missing(self, device_type: str) -> str | None:
         if device_type == "cuda" and importlib.util.find_spec("triton") is None:

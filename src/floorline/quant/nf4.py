@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from floorline import floor
+from floorline.core import floor
 from floorline.quant.base import Backend, Packed
 
 BLOCK = 64

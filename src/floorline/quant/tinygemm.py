@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from floorline import floor
+from floorline.core import floor
 from floorline.quant.base import GROUP, Backend, Packed
 
 PAD_IN, PAD_OUT = 1024, 8  # Int4TilePackedTo4dTensor.from_hp: find_multiple(in, 1024), find_multiple(out, ntile 8)
@@ -50,8 +50,11 @@ class Int4Tinygemm(Backend):
 def reference(w: torch.Tensor) -> torch.Tensor:
     """The dequantised weights from torchao's own quantisation primitives (the ones from_hp calls), in fp32:
     (code - 8) * scale + zero on the padded matrix, cut back to (out, in)."""
-    from torchao.quantization.quant_primitives import (MappingType, _choose_qparams_affine_tinygemm,
-                                                        _quantize_affine_tinygemm)
+    from torchao.quantization.quant_primitives import (
+        MappingType,
+        _choose_qparams_affine_tinygemm,
+        _quantize_affine_tinygemm,
+    )
 
     out_f, in_f = w.shape
     wp = torch.nn.functional.pad(w, (0, math.ceil(in_f / PAD_IN) * PAD_IN - in_f,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable
 
-from floorline.modes import MODES as MODE_ORDER  # the one list of modes, without torch
+from floorline.core.modes import MODES as MODE_ORDER  # the one list of modes, without torch
 
 
 def kind(rec: dict) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from floorline import records
-from floorline.errors import UserError
+from floorline.core import records
+from floorline.core.errors import UserError
 
 
 def result_files(paths: list[str]) -> list[Path]:

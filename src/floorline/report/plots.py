@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from floorline import published
+from floorline.core import published
 from floorline.report import cells as C
 from floorline.report.document import Figure
 

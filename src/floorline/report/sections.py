@@ -6,8 +6,9 @@ Owns the content and its wording; cells.py groups, markdown.py / html.py render.
 
 from __future__ import annotations
 
-from floorline import display, published, quantrows
+from floorline.core import published
 from floorline.report import cells as C
+from floorline.report import display, quantrows
 from floorline.report.document import Bullets, Document, Figure, Heading, Table, Text
 
 PAPER = "paper (W+K)"

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from floorline import display
-from floorline.errors import UserError
-from floorline.report import cells, html, markdown, plots, sections
+from floorline.core.errors import UserError
+from floorline.report import cells, display, html, markdown, plots, sections
 
 
 def write_report(records: list[dict], out_dir: str, notes: list[str] | None = None) -> list[Path]:

@@ -1,0 +1,138 @@
+"""Build a transformers model for an `Arch`: random weights made directly on the target device, or a local directory.
+
+Owns: the transformers config for each family, seeded random weights (never zeros), safetensors-only local loading,
+and the memory check before anything is allocated. May not time or measure anything.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from floorline.core.arch import Arch
+from floorline.core.errors import UserError
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")  # transformers' names: PyTorch SDPA, or plain matmul + softmax
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU does bf16 arithmetic in hardware (and ATen may use it: ATEN_CPU_CAPABILITY=avx2 says no).
+    Without it bf16 is converted in software on every matmul: slower than fp32 despite half the bytes."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = {w for line in f if line.startswith(("flags", "Features")) for w in line.split(":", 1)[1].split()}
+    except OSError:
+        return False
+    cap = torch.backends.cpu.get_cpu_capability().upper()
+    x86 = ("avx512_bf16" in flags or "amx_bf16" in flags) and cap.startswith(("AVX512", "AMX"))
+    return x86 or "bf16" in flags  # aarch64: FEAT_BF16
+
+
+def default_dtype(device_type: str) -> str:
+    """`--dtype auto`: bf16 on a GPU and on CPUs with native bf16; fp32 on the others (the floor follows the dtype)."""
+    return "bf16" if device_type == "cuda" or cpu_has_native_bf16() else "fp32"
+
+
+def hf_config(a: Arch, dtype: str = "bf16", attn: str = "sdpa"):
+    """The transformers config of an embedded architecture."""
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    rope = {"rope_type": "default", "rope_theta": a.rope_theta}
+    if a.rope_scaling:
+        rope = {**a.rope_scaling, "rope_theta": a.rope_theta}
+    common = dict(
+        hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
+        num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, head_dim=a.head_dim, vocab_size=a.vocab,
+        tie_word_embeddings=a.tied, max_position_embeddings=a.max_pos, rms_norm_eps=a.rms_eps,
+        rope_parameters=rope, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    if a.family == "qwen2":
+        cfg = Qwen2Config(**common, use_sliding_window=False)
+    elif a.family == "mistral":
+        cfg = MistralConfig(**common, sliding_window=None)  # v0.3 has none; the class default (4096) is wrong
+    else:
+        cfg = LlamaConfig(**common)
+    cfg._attn_implementation = attn
+    cfg.dtype = TORCH_DTYPES[dtype]
+    return cfg
+
+
+def _fill_random_(model: torch.nn.Module, seed: int) -> None:
+    """Seeded random values, on the parameters' own device: matrices and biases N(0, 0.02), norm weights N(1, 0.1).
+
+    Decode time does not depend on the values, but zeros can run faster than real data and hide unwritten outputs.
+    """
+    dev = next(model.parameters()).device
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    for name, p in model.named_parameters():  # tied weights appear once
+        if p.dim() == 1 and "norm" in name:
+            p.normal_(1.0, 0.1, generator=gen)
+        else:
+            p.normal_(0.0, 0.02, generator=gen)
+
+
+def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0,
+                 attn: str = "sdpa") -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    cfg = hf_config(a, dtype, attn)
+    # Allocate on the target device in the target dtype and skip transformers' own init: we fill once, seeded.
+    with torch.device(device), no_init_weights():
+        model = AutoModelForCausalLM.from_config(cfg, dtype=TORCH_DTYPES[dtype], attn_implementation=attn)
+    if a.tied:
+        model.tie_weights()
+    with torch.no_grad():
+        _fill_random_(model, seed)
+    return model.eval().requires_grad_(False)
+
+
+def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "sdpa") -> torch.nn.Module:
+    """A local directory's config.json + *.safetensors; never pickle, never remote code, no missing weights."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # its bar and load report would break the one-line error contract
+    hf_logging.set_verbosity_error()
+    try:
+        # no device_map: that would need accelerate; load, then move once
+        model, info = AutoModelForCausalLM.from_pretrained(
+            a.path, dtype=TORCH_DTYPES[dtype], use_safetensors=True, local_files_only=True,
+            trust_remote_code=False, attn_implementation=attn, output_loading_info=True,
+        )
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"{a.path}: could not load the safetensors weights ({first}); check config.json matches "
+                        f"them") from None
+    missing = [k for k in info.get("missing_keys", []) if not (a.tied and k.startswith("lm_head"))]
+    if missing or info.get("mismatched_keys"):
+        bad = (missing or [str(m) for m in info["mismatched_keys"]])[:3]
+        raise UserError(f"{a.path}: the safetensors files lack or mis-shape weights the config needs ({', '.join(bad)}"
+                        f"...); a model with random gaps would not be the model you asked for")
+    return model.to(device).eval().requires_grad_(False)
+
+
+def build(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0, attn: str = "sdpa") -> torch.nn.Module:
+    return load_local(a, device, dtype, attn) if a.path else build_random(a, device, dtype, seed, attn)
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory free for a new allocation: cudaMemGetInfo on a GPU, MemAvailable on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 1 << 62  # unknown: do not refuse
+
+
+def check_fits(a: Arch, device: torch.device, weight_bytes: int, kv_bytes: int, have: int | None = None) -> None:
+    """Refuse before allocating when weights + KV cache (+10% for activations and workspaces) exceed free memory."""
+    have = free_bytes(device) if have is None else have
+    need = int((weight_bytes + kv_bytes) * 1.1)
+    if need > have:
+        raise UserError(
+            f"out of memory: {a.name} needs {need / 1e9:.2f} GB on {device} (weights {weight_bytes / 1e9:.2f} GB + "
+            f"KV cache {kv_bytes / 1e9:.2f} GB + 10%) but {have / 1e9:.2f} GB is free; use a smaller model or --ctx")

@@ -1,0 +1,102 @@
+"""Result records: a versioned schema of flat keys, written as JSON lines durably, read back strictly.
+
+Schema history (bump SCHEMA_VERSION when a key changes meaning or goes away; adding keys is compatible):
+  1  first version: one record per measured cell (model x ctx x mode x quant x dtype x device).
+  2  mode native's settings are the run's options (NativeOptions), in every record: native_mlp, native_attn_kernel,
+     native_attn_chunk (0: sized to the GPU), native_pdl (auto | off), native_step_tune. What a native step resolved
+     them to: native_pdl_launch (bool), native_attn_chunk_used, native_attn, native_fused_mlp (bool), with the
+     tuning trials in native_{int4,triton,mlp}_step_tuning. In version 1 native_pdl held the resolved mode
+     (after-wait, ...), native_attn_chunk the chunk used and native_fused_mlp the MLP's tuning; native_mlp_split and
+     native_probe_no_wait went away.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from floorline.core.errors import UserError
+
+SCHEMA_VERSION = 2
+
+# Every record has at least these keys (None where not applicable, e.g. floor_ms_peak for a CPU).
+REQUIRED_KEYS = (
+    "schema_version", "run_id", "model", "ctx", "mode", "quant", "dtype", "device", "device_name",
+    "step_ms_median", "step_ms_p90", "samples_ms", "floor_bytes", "floor_ms_peak", "floor_ms_measured",
+    "fraction_of_floor_peak", "fraction_of_floor_measured", "tokens_per_s", "achieved_gbps", "valid", "reason",
+)
+
+
+def append(path: str | os.PathLike, records: list[dict]) -> None:
+    """Append records, one complete line per write, flushed and fsynced: a killed run keeps every finished record."""
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, sort_keys=False, allow_nan=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def torn_tail(data: bytes) -> tuple[int, str | None]:
+    """The torn-tail rule: a last line that is not a complete JSON record (a write killed half-way) is not part of the
+    file. Returns (bytes that are the file's records, why the rest was dropped or None). A complete last record that
+    lacks only its newline is kept. Lines before the last are left to parse(), where a bad one is an error."""
+    head, _, tail = data.rpartition(b"\n")
+    if not tail.strip():  # the file ends with a newline: its last line is the one before it
+        body = head
+        last_start = body.rfind(b"\n") + 1
+        last = body[last_start:]
+        if not last.strip():
+            return len(data), None
+        try:
+            json.loads(last)
+            return len(data), None
+        except json.JSONDecodeError:
+            return last_start, "the last line is not a complete record"
+    try:
+        json.loads(tail)
+        return len(data), None
+    except json.JSONDecodeError:
+        return len(data) - len(tail), f"the last line is truncated ({len(tail)} bytes, a killed write)"
+
+
+def read(path: str | os.PathLike, drop_torn_tail: bool = False) -> list[dict]:
+    """Every record of a JSON-lines file; a corrupt line or a newer schema is an error naming file and line.
+    drop_torn_tail: a torn last line (torn_tail) is skipped."""
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such results file (or not a regular file)")
+    data = Path(path).read_bytes()
+    if drop_torn_tail:
+        data = data[:torn_tail(data)[0]]
+    return parse(data.decode("utf-8"), str(path))
+
+
+def parse(text: str, path: str) -> list[dict]:
+    """Records of JSON-lines text; `path` names the source in errors."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{n}: not a JSON record ({e.msg}); remove or repair that line") from None
+        v = r.get("schema_version") if isinstance(r, dict) else None
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise UserError(f"{path}:{n}: not a floorline record (no valid schema_version); remove that line")
+        if v > SCHEMA_VERSION:
+            raise UserError(f"{path}:{n}: schema_version {v} is newer than this floorline reads "
+                            f"(<= {SCHEMA_VERSION}); upgrade floorline")
+        out.append(r)
+    return out
+
+
+QUANT_REFERENCE = "none"  # what records carry as `quant` for the unquantised reference
+
+
+def quant_label(name: str | None) -> str:
+    """How tables name a backend: `bf16` for the reference (whatever its dtype, the records say it)."""
+    return "bf16" if name in (None, QUANT_REFERENCE, "bf16") else name

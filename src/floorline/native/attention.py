@@ -1,0 +1,264 @@
+"""Decode attention of mode native, batch 1: flash-decoding with RoPE and the KV write folded in, two launches a layer.
+
+1. chunks: one program per (kv head, chunk of the cache) rotates q and k at the current position (read from the
+   device: graph-safe); the chunk holding the position writes k and v into the cache; every program scores all query
+   heads of its group with tensor cores over its chunk and writes partial softmax sums (m, l, o). Triton's
+   _attn_chunk, or attn_cuda's CUDA kernel (from ATTN_CUDA_FROM positions, where it measured faster).
+2. merge: each query head's chunks combined (Triton's _attn_merge), in `split` programs of `warps` warps a head, each
+   a share of its dims: many small programs that fit beside a chunk program and start before the chunks end.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # floorline runs without Triton; only mode native and its kernel tests need it
+    triton = tl = None
+
+from floorline.core.errors import UserError
+from floorline.native import INTERPRET
+from floorline.native import pdl as P
+
+ATTN_CHUNK = 64  # cache positions per attention program (the least; more at long contexts)
+ATTN_BL = 64  # positions per inner tile
+ATTN_STAGES = 3  # the tile loop's software-pipeline depth (Triton's default for a loop)
+
+if triton is not None:
+
+    @triton.jit
+    def _rope(QKV, cos, sin, rows, d, mask, D: tl.constexpr):
+        """Rows `rows` (head indices) of the fused q/k/v vector, rotated by the position's cos, sin (D,) (HF's
+        rotate_half layout)."""
+        x = tl.load(QKV + rows[:, None] * D + d[None, :], mask=mask, other=0.0)
+        partner = tl.load(QKV + rows[:, None] * D + ((d + D // 2) % D)[None, :], mask=mask, other=0.0)
+        sign = tl.where(d < D // 2, -1.0, 1.0)
+        return x * cos[None, :] + sign[None, :] * partner * sin[None, :]
+
+    @triton.jit
+    def _attn_tile(q, k, v, live, m, l, acc, DOT_F32: tl.constexpr):
+        """One tile of positions into the online softmax: k, v (BL, D) with dead rows zeroed, live (BL,) masks them."""
+        if DOT_F32:  # the interpreter multiplies bf16 operands of tl.dot as raw bits: give it fp32
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k))
+        s = tl.where(live[None, :], s, -1e30)
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.where(live[None, :], tl.exp(s - m_new[:, None]), 0.0)
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        return m_new, l, acc
+
+    @triton.jit
+    def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
+                    H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                    CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
+                    STAGES: tl.constexpr = 3):
+        """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
+        tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
+        `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step."""
+        kvh = tl.program_id(0)
+        c = tl.program_id(1)
+        pos = tl.load(POS)
+        start = c * CHUNK
+        d = tl.arange(0, D)
+        rl = start + tl.arange(0, BL)
+        old = rl < pos  # (all false for a chunk past the position: no bytes moved)
+        base = kvh * stride_kh + rl[:, None] * D + d[None, :]
+        k0 = tl.load(KC + base, mask=old[:, None], other=0.0)
+        v0 = tl.load(VC + base, mask=old[:, None], other=0.0)
+        cos = tl.load(COS + pos * D + d)  # the rotation's tables are constant: read before the wait too
+        sin = tl.load(SIN + pos * D + d)
+        P.wait(PDL)
+        if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
+            g = tl.arange(0, GP)
+            one = tl.arange(0, 1)
+            q = _rope(QKV, cos, sin, kvh * G + g, d, (g < G)[:, None], D)  # the group's query heads
+            q = (q * scale).to(KC.dtype.element_ty)
+            # this position's k (rotated) and v, rounded as the cache holds them; the chunk holding the
+            # position writes them to the cache, and every program uses the registers, not the cache, for it
+            k_new = _rope(QKV, cos, sin, H + kvh + one, d, one[:, None] >= 0, D).to(KC.dtype.element_ty)
+            v_new = tl.load(QKV + (H + KVH + kvh + one)[:, None] * D + d[None, :]).to(VC.dtype.element_ty)
+            if pos < start + CHUNK:
+                tl.store(KC + kvh * stride_kh + pos * D + d[None, :] + one[:, None] * 0, k_new)
+                tl.store(VC + kvh * stride_kh + pos * D + d[None, :] + one[:, None] * 0, v_new)
+            if DOT_F32:
+                q = q.to(tl.float32)
+            m = tl.full([GP], -1e30, dtype=tl.float32)
+            l = tl.zeros([GP], dtype=tl.float32)
+            acc = tl.zeros([GP, D], dtype=tl.float32)
+            k = tl.where((rl == pos)[:, None], k_new, k0)
+            v = tl.where((rl == pos)[:, None], v_new, v0)
+            m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
+            # the chunk's further tiles, STAGES deep in Triton's software pipeline (3: its default for any loop)
+            for off in tl.range(BL, CHUNK, BL, num_stages=STAGES):
+                rl = start + off + tl.arange(0, BL)
+                old = rl < pos
+                base = kvh * stride_kh + rl[:, None] * D + d[None, :]
+                k = tl.where((rl == pos)[:, None], k_new, tl.load(KC + base, mask=old[:, None], other=0.0))
+                v = tl.where((rl == pos)[:, None], v_new, tl.load(VC + base, mask=old[:, None], other=0.0))
+                m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
+            o = (kvh * NCHUNK + c) * GP + g
+            real = g < G  # only the group's real query heads are written (GP pads it to the tensor-core tile)
+            tl.store(MO + o, m, mask=real)
+            tl.store(LO + o, l, mask=real)
+            tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
+
+    @triton.jit
+    def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, ZP, ZN, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr, DB: tl.constexpr):
+        """The chunks' partial softmax sums of one query head, merged: program (h, j) merges dims [j DB, (j + 1) DB)
+        of query head h (DB = D: one program a head). The position is read before the wait (it changes only between
+        steps); each block of CB chunks has its maxima, sums and partial outputs loaded before any is used (one round
+        trip to L2, not one per dependent load). ZB > 0: program (h, 0) also zeroes ZP[h ZB, (h + 1) ZB) below ZN --
+        the q/k/v vector, read by the chunks (all finished once the wait returns), which the next layer's int4 q/k/v
+        GEMV adds into (split-K)."""
+        h = tl.program_id(0)
+        kvh = h // G
+        nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos
+        P.wait(PDL)
+        d = tl.program_id(1) * DB + tl.arange(0, DB)
+        cs = tl.arange(0, CB)
+        m_run = tl.max(tl.full([CB], -1e30, dtype=tl.float32), 0)
+        den = tl.sum(tl.zeros([CB], dtype=tl.float32), 0)
+        num = tl.zeros([DB], dtype=tl.float32)
+        for c0 in range(0, nlive, CB):
+            cm = (c0 + cs) < nlive
+            o = (kvh * NCHUNK + c0 + cs) * GP + h % G
+            mc = tl.load(MO + o, mask=cm, other=-1e30)
+            lc = tl.load(LO + o, mask=cm, other=0.0)
+            oc = tl.load(OO + o[:, None] * D + d[None, :], mask=cm[:, None], other=0.0)
+            m_new = tl.maximum(m_run, tl.max(mc, 0))
+            a = tl.exp(m_run - m_new)
+            w = tl.where(cm, tl.exp(mc - m_new), 0.0)
+            den = den * a + tl.sum(w * lc, 0)
+            num = num * a + tl.sum(oc * w[:, None], 0)
+            m_run = m_new
+        tl.store(OUT + h * D + d, num / den)
+        if ZB > 0:
+            if tl.program_id(1) == 0:
+                z = h * ZB + tl.arange(0, ZB)
+                tl.store(ZP + z, tl.zeros([ZB], dtype=tl.float32), mask=z < ZN)
+
+
+def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
+    """Cache positions per Triton attention program: a power of two in [64, 512], small enough that the (kv head,
+    chunk) programs fill the GPU about 1.5 times over at the full length, large enough that the partials (one fp32 row
+    per query head per chunk) stay a small fraction of the KV bytes. NativeOptions.attn_chunk fixes it instead."""
+    c = ATTN_CHUNK
+    while c < 512 and length * kv_heads >= 3 * c * sms:  # (length / 2c) * kv_heads programs >= 1.5 * sms
+        c *= 2
+    return c
+
+
+# `auto` takes the CUDA chunk kernel for caches of at least this many positions. H200, native bf16 steps, one process
+# a cell, Triton / CUDA: qwen2.5-7b ctx 2048 3.683 / 3.709 ms, ctx 8192 3.919 / 3.921, ctx 16384 4.089 / 4.006;
+# llama-3.1-8b ctx 16384 4.616 / 4.548; with the CUDA kernel's loads of whole sectors, qwen2.5-7b ctx 8192 3.860 /
+# 3.824, ctx 2048 3.715 / 3.722; llama-3.1-8b ctx 2048 4.072 / 4.059 (ties at 2048; docs/lab/2026-12-02-attention.md)
+ATTN_CUDA_FROM = 8192
+
+
+def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int, want: str = "auto") -> str:
+    """Which kernel computes the attention's chunks of a `length`-position cache: "cuda" (attn_cuda, where the GPU and
+    shapes allow it) or "triton". want (NativeOptions.attn_kernel): auto (cuda from ATTN_CUDA_FROM positions, where it
+    measured faster), cuda or triton. The merge is Triton's either way."""
+    if want not in ("auto", "cuda", "triton"):
+        raise UserError(f"attn_kernel={want!r}: use auto, cuda or triton (the attention's chunk kernel)")
+    if want == "triton" or INTERPRET or torch.device(device).type != "cuda":
+        return "triton"
+    if want == "auto" and length < ATTN_CUDA_FROM:
+        return "triton"
+    from floorline.native import attn_cuda
+
+    why = attn_cuda.unavailable(torch.device(device), heads, kv_heads, head_dim, dtype)
+    if why is None:
+        return "cuda"
+    if want == "cuda":
+        raise UserError(f"attn_kernel=cuda: {why}; use attn_kernel=triton or auto")
+    return "triton"
+
+
+# (programs a query head, warps a program) of the merge: each program a quarter of the head's dims, one warp, small
+# enough to sit beside a chunk program that fills most of an SM's registers and to start before the chunks end. H200:
+# qwen2.5-7b ctx 16384 3.969 ms against 4.005 with one 4-warp program a head, llama-3.1-8b 4.546 against 4.604
+MERGE = (4, 1)
+
+
+def merge_launch(head_dim: int, merge: tuple[int, int] = MERGE) -> tuple[int, int]:
+    """(programs a query head, warps a program) of the merge for this head_dim: `merge`, its split halved until a
+    program's share of the dims is a power of two of at least 16."""
+    split, warps = merge
+    while split > 1 and head_dim // split < 16:
+        split //= 2
+    return split, warps
+
+
+class AttnScratch:
+    """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep, and the
+    kernels' launch parameters. kernel (NativeOptions.attn_kernel) picks the chunk kernel (attn_backend); chunk (0:
+    sized to the GPU) the positions a chunk program covers. Triton: tile, warps and pipeline stages of the tile loop
+    default to ATTN_BL, 8 warps and ATTN_STAGES. CUDA: warps by attn_cuda.config's rule. pdl: the kernels' PDL switch
+    (pdl.mode). merge: (programs a head, warps) of the merge (MERGE)."""
+
+    def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int = 0,
+                 tile: int | None = None, warps: int | None = None, stages: int | None = None,
+                 dtype=torch.bfloat16, kernel: str = "auto", merge: tuple[int, int] = MERGE, pdl: int | None = None):
+        device = torch.device(device)
+        self.g = heads // kv_heads
+        self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
+        self.pdl = P.mode("auto", device) if pdl is None else pdl
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+        self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel)
+        if self.backend == "cuda":
+            from floorline.native import attn_cuda
+
+            w, c = attn_cuda.config(length, kv_heads, sms, chunk)
+            self.chunk, self.warps = c, warps or w
+        else:
+            self.chunk = chunk or (ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms))
+            self.warps = warps or 8  # measured on the H200 (a sweep of the kernel: 7.1 us against 8.0 with 4)
+        self.merge = merge_launch(head_dim, merge)
+        self.tile = min(tile or ATTN_BL, self.chunk)
+        self.stages = stages or ATTN_STAGES
+        self.nchunk = -(-length // self.chunk)
+        shape = (kv_heads, self.nchunk, self.gp)
+        self.m = torch.empty(shape, device=device, dtype=torch.float32)
+        self.l = torch.empty(shape, device=device, dtype=torch.float32)
+        self.o = torch.empty(*shape, head_dim, device=device, dtype=torch.float32)
+        self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
+
+    def name(self) -> str:
+        merge = "" if self.merge == (1, 4) else f", merge {self.merge[0]} x w{self.merge[1]}"
+        if self.backend == "cuda":
+            return f"cuda chunk {self.chunk} w{self.warps}{merge}"
+        return f"chunk {self.chunk} tile {self.tile} w{self.warps} s{self.stages}{merge}"
+
+
+def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False):
+    """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
+    positions 0..pos: the GPU twin of refs.ref_rope_kv then refs.ref_attention. Two launches: the chunks (Triton's
+    _attn_chunk or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv
+    (fp32) once it is read."""
+    kv_heads, _, d = k_cache.shape
+    pdl = 0 if INTERPRET else scratch.pdl
+    if scratch.backend == "cuda":
+        from floorline.native import attn_cuda
+
+        attn_cuda.chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.m, scratch.l, scratch.o,
+                         scratch.warps, scratch.chunk, pdl)
+    else:
+        _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
+                                                scratch.o, scale, k_cache.stride(0), scratch.nchunk, H=heads,
+                                                KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
+                                                BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
+                                                num_warps=scratch.warps, **P.launch_kwargs(pdl))
+    zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
+    split, mwarps = scratch.merge
+    _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),
+                                G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
+                                CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, DB=d // split,
+                                num_warps=mwarps, **P.launch_kwargs(pdl))
+    return scratch.out

@@ -1,7 +1,0 @@
-"""`eager`: DynamicCache and a plain forward per token: what most users run."""
-
-from floorline.runtimes.base import Runtime
-
-
-class Eager(Runtime):
-    name = "eager"

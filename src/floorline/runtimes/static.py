@@ -1,8 +1,0 @@
-"""`static`: a StaticCache sized to the run (fixed shapes and addresses), plain forward, no graph."""
-
-from floorline.runtimes.base import Runtime
-
-
-class Static(Runtime):
-    name = "static"
-    static_cache = True
