@@ -5,8 +5,9 @@
 #     check     `floorline check`: mode native's kernels against their references on this GPU, then timed alone
 #     tests     the gpu-marked pytest tests (native ones in one process, each quant backend in its own: a library that
 #               faults poisons its CUDA context); TESTS_K narrows them (pytest -k)
-#     suite     the figures of record, scripts/h200_suite.toml (SUITE_GROUPS: some groups; SUITE_SRC: other trees'
-#               src/ folders measured beside this one, interleaved; SUITE_BUDGET: seconds)
+#     suite     the figures of record, scripts/h200_suite.toml (SUITE_GROUPS: some groups; SUITE_ONLY: some
+#               model:mode entries; SUITE_SRC: other trees' src/ folders measured beside this one, interleaved;
+#               SUITE_BUDGET: seconds)
 #     quant     `floorline quant` on qwen2.5-7b ctx 2048, every backend here, with the kernel chain; the libraries
 #               come as wheels in .whl/ (../shared/device/fetch_wheels.sh)
 #     endpoint  a random-weight qwen2.5-7b directory served by `transformers serve` on 127.0.0.1 and measured by
@@ -46,7 +47,8 @@ for stage in "${stages[@]}"; do
       fi ;;
     suite)
       python3 scripts/suite.py scripts/h200_suite.toml --out "$OUT/suite" ${SUITE_GROUPS:+--groups "$SUITE_GROUPS"} \
-        ${SUITE_BUDGET:+--budget "$SUITE_BUDGET"} ${SUITE_SRC:+--src $SUITE_SRC} > "$OUT/suite.log" 2>&1
+        ${SUITE_ONLY:+--only "$SUITE_ONLY"} ${SUITE_BUDGET:+--budget "$SUITE_BUDGET"} ${SUITE_SRC:+--src $SUITE_SRC} \
+        > "$OUT/suite.log" 2>&1
       grep -v "^|" "$OUT/suite.log" ;;
     quant)
       fl quant --model qwen2.5-7b --ctx 2048 --mode eager,graph --kernels --timeout 900 --output "$OUT/quant.jsonl" \

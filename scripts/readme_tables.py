@@ -79,10 +79,12 @@ def h200_run() -> str:
                   f"{display.bandwidth_line(r0)}):") + f"\n{display.markdown(recs, cols)}\n")
 
 
-def _suite() -> list[dict]:
-    """The figures of record: every valid record of the suite's files, the latest of each cell."""
+def _suite(groups: tuple[str, ...] = ("native", "native-int4", "native-long", "small", "hf")) -> list[dict]:
+    """The figures of record: every valid record of the suite's files (`groups`), the latest of each cell."""
     latest = {}
     for f in sorted(SUITE.glob("*.jsonl")):
+        if f.stem not in groups:
+            continue
         for r in _read(f):
             if (r.get("kind") or "cell") == "cell" and r.get("valid"):
                 key = (r["model"], r["ctx"], r["mode"], r.get("quant") or "none")
@@ -121,6 +123,46 @@ def h200_headline() -> str:
                   f"HF transformers' modes ({dates(False)}) and floorline's native path ({dates(True)}, sources "
                   f"{', '.join(shas)}). From " + ", ".join(f"`{f}`" for f in files) + ".")
             + "\n" + "\n".join(rows) + "\n")
+
+
+def h200_today() -> str:
+    """Today's families on the H200 (scripts/h200_suite.toml, group today): every cell's latest record, the invalid
+    ones with their reason; MoE rows with the experts a step read and the floor of every expert."""
+    latest = {}
+    for r in _read(SUITE / "today.jsonl"):
+        key = (r["model"], r["ctx"], r["mode"], r.get("quant") or "none")
+        if key not in latest or (r.get("timestamp") or "") >= (latest[key].get("timestamp") or ""):
+            latest[key] = r
+    order = {"eager": 0, "static": 1, "graph": 2, "compile": 3, "native": 4}
+    recs = sorted(latest.values(), key=lambda r: (r["model"], r["ctx"], order.get(r["mode"], 9)))
+    rows = ["| model | ctx | mode | ms/step | floor ms (datasheet) | % of floor (datasheet) | % of floor (measured bw) "
+            "| note |", "|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        note = []
+        if r.get("moe_experts"):
+            every = r["floor_bytes_all_experts"] / (r["measured_gbps"] * 1e9) * 1e3
+            note.append(f"routed to {r['moe_experts_read_per_step']:.0f} experts a step ({r['moe_top_k']} of "
+                        f"{r['moe_experts']} in each of {r['moe_layers']} layers); reading all of them: "
+                        f"{every:.2f} ms at the measured bandwidth" if r.get("valid") else
+                        f"top {r['moe_top_k']} of {r['moe_experts']} experts")
+        if r.get("hf_sliding_cache"):
+            note.append(f"sliding layers: {r['hf_sliding_cache']}")
+        if r.get("attn_implementation") == "eager":
+            note.append("eager attention")
+        if not r.get("valid"):
+            fl = r["floor_bytes"] / (r["peak_gbps"] * 1e9) * 1e3  # an invalid record has no derived figures
+            rows.append(f"| {r['model']} | {r['ctx']} | {r['mode']} | - | {fl:.3f} | - | - | "
+                        f"{'; '.join(note + [(r.get('reason') or '')[:160]])} |")
+            continue
+        rows.append(f"| {r['model']} | {r['ctx']} | {r['mode']} | {r['step_ms_median']:.3f} | "
+                    f"{r['floor_ms_peak']:.3f} | {100 * r['fraction_of_floor_peak']:.1f}% | "
+                    f"{100 * r['fraction_of_floor_measured']:.1f}% | {'; '.join(note)} |")
+    dev = recs[0]["device_name"] if recs else "-"
+    ver = sorted({f"torch {r.get('torch_version')}, transformers {r.get('transformers_version')}" for r in recs})
+    dates = sorted({(r.get("timestamp") or "-")[:10] for r in recs})
+    return (_para(f"Batch 1 on an {dev} ({', '.join(ver)}; {dates[0] if dates else '-'}), random bf16 weights, one "
+                  f"fresh process a model, ms per decode step (median of 30) and the share of the strict floor "
+                  f"reached. From `{_rel(SUITE / 'today.jsonl')}`.") + "\n" + "\n".join(rows) + "\n")
 
 
 def grid() -> str:
@@ -293,7 +335,7 @@ def h200_endpoint() -> str:
 
 BLOCKS = {"bandwidth": bandwidth, "cpu-run": cpu_run, "first-minute": first_minute, "h200-run": h200_run, "grid": grid,
           "h200-ab": h200_ab, "h200-explain": h200_explain, "h200-quant": h200_quant, "h200-endpoint": h200_endpoint,
-          "predict-validation": predict_validation, "h200-headline": h200_headline}
+          "predict-validation": predict_validation, "h200-headline": h200_headline, "h200-today": h200_today}
 
 
 def render(text: str) -> tuple[str, list[str]]:

@@ -1,13 +1,14 @@
 """The figures of record as a declarative suite: each [[run]] of a TOML file is one `floorline run` (or `explain`) in a
 fresh process, its records appended to OUT/<group>.jsonl; a short table is printed last.
 
-  python scripts/suite.py scripts/h200_suite.toml --out out/suite [--groups native,small] [--budget 540]
+  python scripts/suite.py scripts/h200_suite.toml --out out/suite [--groups native,small] [--only 'MODEL:MODE ...']
+                          [--budget 540]
                           [--src OTHER_SRC ...]
 
 --src runs every entry again with another tree's sources (e.g. a git revision unpacked by `git archive REV src`),
 interleaved entry by entry with this tree's, the order alternating: two versions measured in one lease. The table
 names each record's sources by their source_sha256. --budget: seconds; an entry that would start with less than its
-`seconds` (default 60) left is skipped and said so.
+`seconds` (default 60) left is skipped and said so; one that runs past three times its `seconds` is stopped.
 
 An entry: group, model, ctx (a list), mode, and optionally quant, native (mode native's options, as --native takes
 them), steps, warmup, verb ("run" or "explain"), seconds (the time it is expected to need, for the budget).
@@ -58,8 +59,9 @@ def run(entries: list[dict], srcs: list[Path], out: Path, budget: float, log) ->
             log(f"{label}")
             with open(out / "suite.log", "a") as f:
                 try:
+                    # an entry stops at three times its `seconds` (a compile that hangs leaves the rest their time)
                     subprocess.run(command(entry, out), env=env, stdout=f, stderr=subprocess.STDOUT,
-                                   timeout=max(1.0, left - 5), check=False)
+                                   timeout=max(1.0, min(left - 5, 3 * entry.get("seconds", 60))), check=False)
                 except subprocess.TimeoutExpired:
                     log(f"timed out: {label}")
 
@@ -93,6 +95,7 @@ def main(argv=None) -> int:
     p.add_argument("suite", help="the TOML file of [[run]] entries")
     p.add_argument("--out", default="out/suite", help="records and logs (default out/suite)")
     p.add_argument("--groups", default=None, help="comma-separated groups to run (default: all)")
+    p.add_argument("--only", default=None, help="space-separated model:mode entries of those groups (default: all)")
     p.add_argument("--budget", type=float, default=float("inf"), help="seconds for the whole suite")
     p.add_argument("--src", nargs="*", default=[], help="other trees' src/ folders, measured beside this one")
     a = p.parse_args(argv)
@@ -100,6 +103,9 @@ def main(argv=None) -> int:
     if a.groups:
         want = set(a.groups.split(","))
         entries = [e for e in entries if e["group"] in want]
+    if a.only:
+        want = set(a.only.split())
+        entries = [e for e in entries if f"{e['model']}:{e['mode']}" in want]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     srcs = [ROOT / "src"] + [Path(s).resolve() for s in a.src]

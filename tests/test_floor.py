@@ -40,20 +40,25 @@ def unique_params(m) -> dict[str, torch.nn.Parameter]:
     return out
 
 
-_MATRIX = re.compile(r"^model\.layers\.\d+\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj\.weight$")
-_BIAS = re.compile(r"^model\.layers\.\d+\.(self_attn|mlp)\.\w+_proj\.bias$")
+_MATRIX = re.compile(r"^model\.layers\.\d+\.(self_attn|mlp)\.(q|k|v|o|qkv|gate|up|down|gate_up)_proj\.weight$")
+_BIAS = re.compile(r"^model\.layers\.\d+\.self_attn\.\w+_proj\.bias$")
 _NORM = re.compile(r"^model\.layers\.\d+\.\w*layernorm\.weight$")
+_QK_NORM = re.compile(r"^model\.layers\.\d+\.self_attn\.[qk]_norm\.weight$")
+_SINKS = re.compile(r"^model\.layers\.\d+\.self_attn\.sinks$")
+_ROUTER = re.compile(r"^model\.layers\.\d+\.mlp\.(gate\.weight|router\.(weight|bias))$")
+_EXPERTS = re.compile(r"^model\.layers\.\d+\.mlp\.experts\.\w+$")
+_SHARED = re.compile(r"^model\.layers\.\d+\.mlp\.shared_expert(\.\w+_proj|_gate)\.weight$")
 
 
 def component_of(name: str, tied: bool) -> str:
     """The strict-convention component an HF parameter belongs to ("embedding" = the untied input embedding matrix,
-    which the strict convention does not count: only one row of it is gathered)."""
-    if _MATRIX.match(name):
-        return "decoder_matrices"
-    if _BIAS.match(name):
-        return "decoder_biases"
-    if _NORM.match(name):
-        return "decoder_norms"
+    which the strict convention does not count: only one row of it is gathered). Experts: all of them (the strict
+    floor reads top-k of each layer's)."""
+    for pattern, c in ((_MATRIX, "decoder_matrices"), (_BIAS, "decoder_biases"), (_NORM, "decoder_norms"),
+                       (_QK_NORM, "qk_norms"), (_SINKS, "attention_sinks"), (_ROUTER, "router"),
+                       (_EXPERTS, "experts"), (_SHARED, "shared_expert")):
+        if pattern.match(name):
+            return c
     if name == "model.norm.weight":
         return "final_norm"
     if name == "lm_head.weight":
@@ -108,10 +113,15 @@ def test_strict_components_match_hf_parameter_bytes(name, ctx, meta_models):
         "decoder_norms": hf["decoder_norms"],
         "final_norm": hf["final_norm"],
         "lm_head": hf["lm_head"],
+        **{k: hf[k] for k in ("qk_norms", "attention_sinks", "router", "shared_expert") if k in hf},
         "embedding_row": a.hidden * BF16,
-        "kv_read": ctx * kv_tok,
+        # a sliding layer reads its window less the new token (window 8: 7 positions), the others all ctx
+        "kv_read": sum(min(ctx, a.window - 1) if a.is_sliding(i) else ctx
+                       for i in range(a.layers)) * kv_tok // a.layers,
         "kv_write": kv_tok,
     }
+    if "experts" in hf:  # every expert the same size: top-k of each MoE layer's
+        expected["experts"] = hf["experts"] * a.top_k // a.experts
     assert c == expected
     assert floor.floor(a, ctx, convention="strict").bytes == sum(expected.values())
     assert ("decoder_biases" in hf) == a.qkv_bias
@@ -124,10 +134,14 @@ def test_paper_floor_is_all_parameter_bytes_plus_kv_read(name, ctx, meta_models)
     m = meta_models[name]
     param_bytes = sum(p.numel() * p.element_size() for p in unique_params(m).values())
     f = floor.floor(a, ctx, convention="paper")
-    assert f.bytes == param_bytes + ctx * floor.kv_bytes_per_token(a)
+    kv_read = floor.components(a, ctx, convention="strict")["kv_read"]
+    assert f.bytes == param_bytes + kv_read
     hf = hf_bytes_by_component(m, a.tied)
     assert f.components["embedding"] == hf.get("embedding", 0)
-    assert f.components["kv_read"] == ctx * floor.kv_bytes_per_token(a)
+    assert f.components.get("experts", 0) == hf.get("experts", 0)  # every expert, as every parameter counts
+    assert f.components["kv_read"] == kv_read
+    if not any(a.sliding):
+        assert kv_read == ctx * floor.kv_bytes_per_token(a)
 
 
 @pytest.mark.parametrize("name", ZOO_NAMES)
@@ -136,7 +150,8 @@ def test_strict_and_paper_differ_only_by_embedding_and_kv_write(name):
     s = floor.floor(a, 512, convention="strict")
     p = floor.floor(a, 512, convention="paper")
     emb = 0 if a.tied else a.vocab * a.hidden * BF16
-    assert p.bytes - s.bytes == emb - a.hidden * BF16 - floor.kv_bytes_per_token(a)
+    unread = (a.experts - a.top_k) * a.n_moe * floor.expert_bytes(a, floor.WeightFormat(), BF16)  # the other experts
+    assert p.bytes - s.bytes == emb + unread - a.hidden * BF16 - floor.kv_bytes_per_token(a)
 
 
 # ------------------------------------------------------------------------------------------ quantised formats
@@ -272,3 +287,57 @@ def test_kv_bytes_of_a_real_cache(name, dtype, kv_b, mode, cpu):
     assert lengths == [ctx] * a.layers
     assert total == ctx * floor.kv_bytes_per_token(a, kv_b)
     assert floor.components(a, ctx, floor.weight_format(dtype))["kv_read"] == total
+
+
+@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-gpt-oss"])
+def test_sliding_layers_cache_and_read_their_window_less_one(name, cpu):
+    """transformers' dynamic cache keeps window - 1 positions of a sliding layer (the new token makes the window):
+    what the accounting's kv_read counts, layer by layer, at contexts below, at and past the window."""
+    a = zoo.ZOO[name]
+    assert any(a.sliding) and not all(a.sliding) and a.window == 8
+    model = models.build_random(a, cpu, "fp32", seed=1)
+    for ctx in (5, 7, 8, 30):
+        rt = runtimes.get("eager", "cpu")(model, max_cache_len=ctx)
+        prompt = torch.randint(0, a.vocab, (1, ctx), generator=torch.Generator().manual_seed(0))
+        with torch.inference_mode():
+            rt.prefill(prompt, chunk=ctx)
+        total, lengths = _cache_bytes(rt.cache)
+        assert lengths == [min(ctx, 7) if a.is_sliding(i) else ctx for i in range(a.layers)]
+        assert floor.components(a, ctx, floor.weight_format("fp32"))["kv_read"] == total
+
+
+def test_sliding_window_read_matches_transformers_mask():
+    """The query at position p of a sliding layer attends to kv positions p - window < j <= p (transformers'
+    sliding_window_overlay): window - 1 of them cached."""
+    from transformers.masking_utils import sliding_window_overlay
+
+    inner = sliding_window_overlay(512)
+    for ctx in (0, 100, 511, 512, 2048):
+        seen = sum(bool(inner(0, 0, ctx, j)) for j in range(ctx))  # cached positions 0..ctx-1
+        assert seen == floor.kv_positions_read(zoo.ZOO["gemma-3-1b"], 0, ctx) == min(ctx, 511)
+
+
+def test_moe_floor_by_hand():
+    """qwen3-30b-a3b at ctx 2048 (strict): attention 48 x (4096 + 2 x 512 + 4096) x 2048 x 2 B, top-8 of 128 experts of
+    3 x 768 x 2048 x 2 B in each of 48 layers, routers 48 x 128 x 2048 x 2 B; gpt-oss-20b's experts in MXFP4."""
+    a = zoo.ZOO["qwen3-30b-a3b"]
+    c = floor.components(a, 2048)
+    assert c["decoder_matrices"] == 48 * (4096 + 512 + 512) * 2048 * 2 + 48 * 2048 * 4096 * 2 == 1_811_939_328
+    assert c["experts"] == 48 * 8 * 3 * 768 * 2048 * 2 == 3_623_878_656
+    assert c["router"] == 48 * 128 * 2048 * 2
+    assert c["qk_norms"] == 48 * 2 * 128 * 2
+    assert c["kv_read"] == 2048 * 2 * 48 * 4 * 128 * 2
+    paper = floor.components(a, 2048, convention="paper")
+    assert paper["experts"] == 16 * c["experts"]  # 128 experts against 8
+    g = zoo.ZOO["gpt-oss-20b"]
+    assert g.expert_format == "mxfp4" and g.experts == 32 and g.top_k == 4
+    mx = floor.expert_format("mxfp4")
+    per = 3 * 2880 * 2880 // 2 + 3 * 2880 * 2880 // 32 + (2 * 2880 + 2880) * 2  # codes + e8m0 scales + biases
+    assert floor.expert_bytes(g, mx, 2) == per
+    assert floor.components(g, 0, experts=mx)["experts"] == 24 * 4 * per
+    # 12 sliding layers read 127 cached positions at ctx 4096, 12 full layers 4096
+    assert floor.components(g, 4096)["kv_read"] == (12 * 127 + 12 * 4096) * 2 * 8 * 64 * 2
+    # routed: the experts a step was seen to read (here 100 over the 24 layers) in place of top-k
+    r = floor.routed_components(g, 0, 100, experts=mx)
+    assert r["experts"] == 100 * per and {k: v for k, v in r.items() if k != "experts"} == {
+        k: v for k, v in floor.components(g, 0, experts=mx).items() if k != "experts"}

@@ -11,6 +11,7 @@ from conftest import load_script, native_vs_hf, run_cli
 from floorline import quant
 from floorline.bench import models
 from floorline.core import zoo
+from floorline.core.errors import UserError
 from floorline.native import int4_format
 
 triton = pytest.importorskip("triton", reason="mode native's kernels need Triton: pip install 'floorline[native]'")
@@ -161,6 +162,32 @@ def test_rope_kv_write_and_flash_decoding_match_their_references(heads, kv, pos)
 
 
 @interpreted
+@pytest.mark.parametrize("pos", [0, 70, 150])
+def test_qk_norm_in_the_attention_kernel_matches_its_reference(pos):
+    """Qwen3: each q and k head RMS-normalised with its own weights before the rotation, in the chunk kernel (every
+    chunk program normalises q; the one holding pos writes the normalised, rotated k into the cache)."""
+    heads, kv, d, length = 4, 2, 32, 160
+    qkv = _rand((heads + 2 * kv) * d, scale=3.0)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    cos, sin = R.rope_tables(inv, length, 1.0, "cpu")
+    norm = (_rand(d, scale=0.1) + 1, _rand(d, scale=0.1) + 1, 1e-6)  # near 1, as trained norms are
+    kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
+    kc[:, pos:], vc[:, pos:] = 0, 0
+    kr, vr = kc.clone(), vc.clone()
+    p = torch.tensor([pos], dtype=torch.int32)
+    want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d, norm), kr, vr, p, d ** -0.5)
+    kp = kc.clone()
+    R.ref_rope_kv(qkv, cos, sin, p, kp, vc.clone(), heads, kv, d)  # without the norm: another k (scale 3 vs ~1)
+    scratch = A.AttnScratch(heads, kv, d, length, "cpu", qk_norm=True)
+    got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, qk_norm=norm)
+    assert _rel(got, want) < 2e-2
+    assert torch.allclose(kc[:, pos].float(), kr[:, pos].float(), rtol=2 ** -7, atol=1e-6)
+    assert _rel(kp[:, pos], kr[:, pos]) > 0.1
+    with pytest.raises(UserError, match="attn_kernel=cuda has no q/k norm"):
+        A.attn_backend("cuda", heads, kv, d, torch.bfloat16, length, "cuda", qk_norm=True)
+
+
+@interpreted
 @pytest.mark.parametrize("merge", [(1, 4), (2, 1)])
 @pytest.mark.parametrize("chunk, tile, length, pos", [(128, 32, 300, 200), (256, 64, 600, 517), (16, 16, 1120, 1105),
                                                       (32, 16, 2200, 2150)])
@@ -263,10 +290,11 @@ def _compare_with_hf(name, ops, steps=4, quant_name=None, options=None):
     return worst
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
 @pytest.mark.parametrize("ops", ["torch", "triton"])
 def test_native_matches_hf_in_fp32(name, ops):
-    """llama3 RoPE scaling (tiny-llama) and q/k/v biases with tied embeddings (tiny-qwen2), prefill and decode. Each
+    """llama3 RoPE scaling (tiny-llama), q/k/v biases with tied embeddings (tiny-qwen2), Qwen3's per-head q/k norm
+    inside the attention kernel (tiny-qwen3), prefill and decode. Each
     MLP one kernel (mlp.py, the default): the 4 layers cycle through its three residual buffers and back to the first,
     and each step starts over (the embedding zeroes buffer 1 again), so a buffer left unzeroed or read after its layer
     would show in the logits (test_mlp.py: without it)."""

@@ -10,7 +10,7 @@ import torch
 
 from floorline.bench import models
 from floorline.core import floor, zoo
-from floorline.core.arch import arch_from_config
+from floorline.core.arch import arch_from_config, native_refusal
 from floorline.core.errors import UserError
 
 
@@ -90,7 +90,9 @@ def test_arch_from_config_round_trips(name):
     b = arch_from_config(cfg, name=a.name)
     for f in ACCOUNTING_FIELDS:
         assert getattr(b, f) == getattr(a, f), f
-    assert dataclasses.replace(b, params=a.params) == a
+    # the built model's experts are dense (a random-weight build leaves the checkpoint's quantization_config out)
+    assert b.expert_format == "bf16"
+    assert dataclasses.replace(b, params=a.params, expert_format=a.expert_format) == a
     if a.rope_scaling is None:
         assert b.rope_scaling is None
     else:
@@ -120,9 +122,6 @@ def test_arch_from_config_rejections():
         arch_from_config({**base, "model_type": "gpt2"}, "x")
     with pytest.raises(UserError, match="vocab_size"):
         arch_from_config({k: v for k, v in base.items() if k != "vocab_size"}, "x")
-    mistral = models.hf_config(zoo.ZOO["mistral-7b-v0.3"]).to_dict()
-    with pytest.raises(UserError, match="sliding"):
-        arch_from_config({**mistral, "sliding_window": 4096}, "x")
     with pytest.raises(UserError, match="multiple"):
         arch_from_config({**base, "num_attention_heads": 4, "num_key_value_heads": 3}, "x")
 
@@ -149,11 +148,22 @@ def test_local_llama_config_without_biases_counts_right():
     assert floor.parameter_count(arch_from_config(cfg, "x")) == _hf_param_count(cfg)
 
 
-def test_local_llama_config_with_attention_bias_is_refused():
-    # transformers' Llama puts attention_bias on o_proj too, which the floor does not count: refuse, do not miscount
+def test_local_llama_config_with_attention_bias_counts_o_bias_too():
+    # transformers' Llama puts attention_bias on q, k, v and o_proj: counted, and native (no o bias) refuses it
     cfg = {**models.hf_config(zoo.ZOO["tiny-llama"]).to_dict(), "attention_bias": True}
-    with pytest.raises(UserError, match="not in the floor accounting"):
-        arch_from_config(cfg, "x")
+    a = arch_from_config(cfg, "x")
+    assert a.qkv_bias and a.o_bias
+    assert floor.parameter_count(a) == _hf_param_count(cfg)
+    assert "o_proj bias" in native_refusal(a)
+
+
+def test_mistral_sliding_window_slides_every_layer():
+    cfg = {**models.hf_config(zoo.ZOO["mistral-7b-v0.3"]).to_dict(), "sliding_window": 4096}
+    a = arch_from_config(cfg, "x")
+    assert a.window == 4096 and a.sliding == (True,) * 32
+    assert floor.components(a, 8192)["kv_read"] == 4095 * floor.kv_bytes_per_token(a)
+    assert "sliding-window" in native_refusal(a)
+    assert native_refusal(zoo.ZOO["mistral-7b-v0.3"]) is None
 
 
 def test_local_config_with_mlp_bias_is_refused():

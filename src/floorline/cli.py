@@ -72,8 +72,11 @@ def cmd_floor(args) -> int:
     if not 0 < args.ctx <= a.max_pos:
         raise UserError(f"--ctx must be in 1..{a.max_pos} for {a.name} (its max position), got {args.ctx}")
     fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
-    f = floor.floor(a, args.ctx, fmt, args.convention) if args.tp == 1 else tp.floor(a, args.ctx, args.tp, fmt,
-                                                                                     args.convention)
+    # routed experts as the checkpoint stores them (gpt-oss: mxfp4) unless --weight-bits or --experts says otherwise
+    ex_name = args.experts or (a.expert_format if fmt.bits is None else None)
+    experts = floor.expert_format(ex_name, fmt.dense_bytes) if ex_name and a.experts else None
+    f = (floor.floor(a, args.ctx, fmt, args.convention, experts=experts) if args.tp == 1
+         else tp.floor(a, args.ctx, args.tp, fmt, args.convention))
     ar_us, ar_backend = _allreduce_latency(args)
     gpus = [specs.lookup(args.gpu)] if args.gpu else specs.GPUS
     by_gpu = {g.key: f.ms(g.peak_gbps) if args.tp == 1 else f.total_ms(g.peak_gbps, ar_us) or f.ms(g.peak_gbps)
@@ -83,6 +86,8 @@ def cmd_floor(args) -> int:
             "model": a.name, "ctx": args.ctx, "convention": args.convention, "dtype": args.dtype,
             "weight_bits": fmt.bits or fmt.dense_bytes * 8, "group_size": fmt.group_size if fmt.bits else None,
             "components": f.components, "floor_bytes": f.bytes,
+            **({"experts": a.experts, "experts_per_token": a.top_k, "expert_format": ex_name or "as decoder"}
+               if a.experts else {}),
             "gpu": args.gpu and gpus[0].key, "peak_gbps": gpus[0].peak_gbps if args.gpu else None,
             "floor_ms": by_gpu[gpus[0].key] if args.gpu else None, "floor_ms_by_gpu": by_gpu,
             **(tp.record_fields(f, ar_us, ar_backend) if args.tp > 1 else {"tp": 1}),
@@ -93,6 +98,10 @@ def cmd_floor(args) -> int:
                             f"{a.name}, ctx {args.ctx}, {bits} decoder matrices, {args.convention} convention: "
                             f"bytes one decode step moves" + (f" on each of {args.tp} GPUs (the heaviest rank, "
                                                               f"{f.rank})" if args.tp > 1 else "")))
+    if a.experts:
+        read = f"the top {a.top_k}" if args.convention == "strict" else "all"
+        out.print(f"MoE: {read} of {a.experts} experts in each of {a.n_moe} layers, stored "
+                  f"{(experts.name or args.dtype) if experts else bits} (--experts to change)")
     if args.tp > 1:
         term = (f"{f.allreduce_count} x {ar_us:.2f} us ({ar_backend}) = {f.allreduce_ms(ar_us):.3f} ms, added below"
                 if ar_us is not None else "not in the figures below: give --allreduce-us or --allreduce-from")
@@ -588,6 +597,8 @@ def build_parser() -> Parser:
     f.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32 (unquantised parts and the KV cache)")
     f.add_argument("--weight-bits", type=int, default=None, help="16 (unquantised), 8 or 4 for the decoder matrices")
     f.add_argument("--group-size", type=int, default=128, help="elements per scale/zero group (quantised only)")
+    f.add_argument("--experts", choices=["bf16", "mxfp4"], default=None,
+                   help="how a MoE model's routed experts are stored (default: as its checkpoint, e.g. gpt-oss mxfp4)")
     f.add_argument("--format", choices=["table", "json"], default="table")
     f.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
     _tp_args(f)

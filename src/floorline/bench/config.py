@@ -15,7 +15,7 @@ import torch
 from floorline import quant
 from floorline.bench import models, runtimes
 from floorline.core import floor
-from floorline.core.arch import Arch
+from floorline.core.arch import Arch, native_refusal
 from floorline.core.errors import UserError
 from floorline.native.options import NativeOptions
 
@@ -61,9 +61,11 @@ def with_defaults(cfg: RunConfig, device_type: str) -> RunConfig:
 
 
 def expand_modes(modes: list[str], device: torch.device, quant_name: str | None = None,
-                 native: bool | None = None) -> list[str]:
-    """`all` -> this device's modes: native with Triton, for dense weights or floorline's int4 (unless `native`)."""
+                 native: bool | None = None, arch: Arch | None = None) -> list[str]:
+    """`all` -> this device's modes: native with Triton, for dense weights or floorline's int4 (unless `native`), on a
+    model native runs (`arch`: arch.native_refusal)."""
     native = quant.canonical(quant_name) in ("none", "int4") if native is None else native
+    native = native and (arch is None or native_refusal(arch) is None)
     out: list[str] = []
     for m in modes:
         for name in runtimes.modes_for(device.type, native) if m == "all" else [m]:
@@ -105,6 +107,8 @@ def validate(cfg: RunConfig, a: Arch, device_type: str | None = None) -> None:
     backend = quant.get(cfg.quant)
     if "native" in cfg.modes and importlib.util.find_spec("triton") is None:
         raise UserError("mode native needs Triton: pip install 'floorline[native]' (CUDA builds of torch bring it)")
+    if "native" in cfg.modes and native_refusal(a):
+        raise UserError(native_refusal(a))
     if "native" in cfg.modes and backend is not None and backend.name != "int4":
         raise UserError(f"mode native runs dense weights or floorline's own int4; use --quant int4 or none, "
                         f"not {backend.name}")

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import torch
 
 from floorline import quant
-from floorline.bench import bandwidth, models, runtimes, system
+from floorline.bench import bandwidth, models, moe, runtimes, system
 from floorline.bench import device as device_mod
 from floorline.bench.config import (
     ENERGY_WINDOW_S,
@@ -69,7 +69,7 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     """Validate, check memory, measure the achievable bandwidth, build the model and the prompt."""
     a = zoo.resolve(cfg.model)
     device = device_mod.resolve_device(cfg.device)
-    modes = expand_modes(cfg.modes, device, cfg.quant)
+    modes = expand_modes(cfg.modes, device, cfg.quant, arch=a)
     validate(replace(cfg, modes=modes), a, device.type)
     comm = None
     if cfg.tp > 1:  # one rank of a tensor-parallel run: join the group, take cuda:rank
@@ -86,8 +86,8 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
 
     base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "model": a.name, "model_path": a.path,
             "quant": quant.canonical(cfg.quant), "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
-            "prefill_chunk": cfg.prefill_chunk, "attn_implementation": cfg.attn, "floor_convention": "strict",
-            **cfg.native.record()}
+            "prefill_chunk": cfg.prefill_chunk, "attn_implementation": models.attn_for(a, cfg.attn),
+            "floor_convention": "strict", **cfg.native.record()}
     base.update(device_mod.device_info(device))
     if comm is not None:
         base.update(tp_run.record_base(cfg, a, comm))
@@ -161,6 +161,9 @@ def measure_cells(cfg: RunConfig, log: Callable[[str], None] = lambda s: None,
             max_len = cache_len(cfg, a, ctx, ses.energy)
             cell = {**base, "ctx": ctx, "max_cache_len": max_len, "floor_bytes": strict.bytes,
                     "paper_floor_bytes": paper.bytes, **{f"floor_bytes_{k}": v for k, v in strict.components.items()}}
+            if a.experts and not ses.failed:  # the experts the routers choose at this context (untimed, eager)
+                log(f"routing: the experts {a.name}'s routers choose over 8 steps at ctx {ctx}")
+                cell.update(moe.record_fields(a, moe.route(ses.model, a, ses.prompt[:, :ctx]), ctx, fmt))
             for mode in ses.modes:
                 rec = {**cell, "run_id": uuid.uuid4().hex, "mode": mode, "warnings": list(base["warnings"])}
                 if ses.failed:
@@ -288,6 +291,9 @@ def _judge(rec: dict, strict: floor.Floor, paper: floor.Floor, cache_bytes: int)
         "paper_fraction_of_floor_peak": paper.ms(peak) / med if peak else None,
         "valid": True, "reason": None,
     })
+    for k in ("routed", "all_experts"):  # MoE: the routed experts' floor, and every expert's (moe.py)
+        if f"floor_bytes_{k}" in rec:
+            rec[f"fraction_of_{k}_floor_measured"] = rec[f"floor_bytes_{k}"] / (meas * 1e9) * 1e3 / med
     rec["warnings"].extend(stats.sample_warnings(rec))
     if med < strict.ms(meas):
         if strict.bytes <= 2 * cache_bytes:

@@ -33,10 +33,39 @@ def default_dtype(device_type: str) -> str:
     return "bf16" if device_type == "cuda" or cpu_has_native_bf16() else "fp32"
 
 
-def hf_config(a: Arch, dtype: str = "bf16", attn: str = "sdpa"):
-    """The transformers config of an embedded architecture."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+# config.json keys that describe the checkpoint, not the architecture: a random-weight model is built without them
+# (gpt-oss's quantization_config would ask for MXFP4 kernels; its experts are built in the run's dtype instead)
+_NOT_ARCH = ("architectures", "torch_dtype", "dtype", "transformers_version", "quantization_config", "auto_map",
+             "_name_or_path", "model_type")
 
+
+def attn_for(a: Arch, attn: str) -> str:
+    """The attention implementation transformers will run: `attn`, or eager where the family has no SDPA path."""
+    return attn if a.traits.sdpa else "eager"
+
+
+def hf_config(a: Arch, dtype: str = "bf16", attn: str = "sdpa"):
+    """The transformers config of an embedded architecture: from its config.json dict where it has one (the 2026
+    families), else from the fields (Llama, Qwen2, Mistral)."""
+    from transformers import AutoConfig, LlamaConfig, MistralConfig, Qwen2Config
+
+    attn = attn_for(a, attn)
+    if a.config is not None:
+        fields = {k: v for k, v in a.config.items() if k not in _NOT_ARCH}
+        if a.window is None and fields.get("sliding_window"):
+            fields["sliding_window"] = None  # a window past the max position never applies (arch._sliding)
+        try:
+            cfg = AutoConfig.for_model(a.family, **{**fields, "bos_token_id": None, "eos_token_id": None,
+                                                    "pad_token_id": None})
+        except (KeyError, ValueError) as e:  # a transformers that predates the family, or rejects the config
+            import transformers
+
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise UserError(f"{a.name}: transformers {transformers.__version__} cannot build model_type "
+                            f"{a.family!r} ({first}); upgrade transformers (pip install -U transformers)") from None
+        cfg._attn_implementation = attn
+        cfg.dtype = TORCH_DTYPES[dtype]
+        return cfg
     rope = {"rope_type": "default", "rope_theta": a.rope_theta}
     if a.rope_scaling:
         rope = {**a.rope_scaling, "rope_theta": a.rope_theta}
@@ -76,6 +105,7 @@ def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int =
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
+    attn = attn_for(a, attn)
     cfg = hf_config(a, dtype, attn)
     # Allocate on the target device in the target dtype and skip transformers' own init: we fill once, seeded.
     with torch.device(device), no_init_weights():
@@ -89,6 +119,7 @@ def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int =
 
 def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "sdpa") -> torch.nn.Module:
     """A local directory's config.json + *.safetensors; never pickle, never remote code, no missing weights."""
+    attn = attn_for(a, attn)
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -105,6 +136,8 @@ def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise UserError(f"{a.path}: could not load the safetensors weights ({first}); check config.json matches "
                         f"them") from None
+    if a.window is None and getattr(model.config, "sliding_window", None):
+        model.config.sliding_window = None  # past the max position: never applies, and keeps the step capturable
     missing = [k for k in info.get("missing_keys", []) if not (a.tied and k.startswith("lm_head"))]
     if missing or info.get("mismatched_keys"):
         bad = (missing or [str(m) for m in info["mismatched_keys"]])[:3]

@@ -1,6 +1,14 @@
 """An architecture as plain data (no torch, no transformers): the fields the byte accounting and the model builder
 need, and reading them from a transformers config.json. The embedded configs live in zoo.py; building a model from an
-`Arch`, in bench/models.py."""
+`Arch`, in bench/models.py.
+
+A family is a transformers `model_type` whose layer floorline knows to the byte. What the families differ in, as a
+batch-1 step reads it (floor.py counts each): biases (q/k/v, o), a per-head RMSNorm on q and k (Qwen3, Gemma 3), four
+norms a layer (Gemma 3), sliding-window layers (Gemma 3, gpt-oss, Mistral variants), attention sinks (gpt-oss), a
+mixture of experts (router, routed experts, a shared expert) in place of the dense MLP. What they differ in that moves
+no bytes (the embedding scale of Gemma, partial or absent RoPE of Phi-3 and SmolLM3, fused q/k/v or gate/up storage)
+is not a field.
+"""
 
 from __future__ import annotations
 
@@ -8,60 +16,218 @@ from dataclasses import dataclass, field
 
 from floorline.core.errors import UserError
 
-FAMILIES = ("llama", "qwen2", "mistral")
+
+@dataclass(frozen=True)
+class Family:
+    """What a transformers model_type builds, in the terms of the accounting (checked against instantiated models)."""
+
+    attention_bias: str  # "never" | "qkv" (always q/k/v, no o: Qwen2) | "flag" (config attention_bias: q/k/v and o)
+    qk_norm: bool = False  # RMSNorm of head_dim weights on each q and k head
+    layer_norms: int = 2  # RMSNorm weight vectors a layer
+    sinks: bool = False  # a learned sink logit per query head a layer
+    moe: str = ""  # "" dense | "qwen" (num_experts, moe_intermediate_size, sparse step) | "mixtral" | "gpt_oss"
+    expert_bias: bool = False  # biases on each expert's gate_up and down, and on the router
+    all_sliding: bool = False  # sliding_window (when set and no layer_types) applies to every layer
+    native: bool = False  # floorline's native decode path runs it (dense, full attention; see native_refusal)
+    sdpa: bool = True  # transformers runs it with PyTorch SDPA (gpt-oss: eager attention only, for its sinks)
+
+
+FAMILY: dict[str, Family] = {
+    "llama": Family("flag", native=True),
+    "mistral": Family("never", all_sliding=True, native=True),
+    "qwen2": Family("qkv", native=True),
+    "qwen3": Family("flag", qk_norm=True, native=True),
+    "smollm3": Family("flag"),  # RoPE on three layers of four (no_rope_layers): native applies it everywhere
+    "phi3": Family("never", all_sliding=True),  # fused qkv_proj and gate_up_proj: the same bytes; partial RoPE
+    "gemma3_text": Family("flag", qk_norm=True, layer_norms=4),  # pre/post attention and MLP norms; GeGLU
+    "qwen2_moe": Family("qkv", moe="qwen"),  # with a shared expert and its one-output gate
+    "qwen3_moe": Family("flag", qk_norm=True, moe="qwen"),
+    "mixtral": Family("never", moe="mixtral", all_sliding=True),
+    "gpt_oss": Family("flag", sinks=True, moe="gpt_oss", expert_bias=True, sdpa=False),
+}
+FAMILIES = tuple(FAMILY)
+EXPERT_FORMATS = ("bf16", "mxfp4")  # how a published checkpoint stores the routed experts
 
 
 @dataclass(frozen=True)
 class Arch:
     name: str
-    family: str  # llama | qwen2 | mistral: picks the transformers config class
+    family: str  # a transformers model_type of FAMILY: picks the config class and what a layer holds
     hidden: int
-    intermediate: int
+    intermediate: int  # the dense MLP's (layers that are not MoE)
     layers: int
     heads: int
     kv_heads: int
     head_dim: int
     vocab: int
     tied: bool  # lm_head shares the embedding matrix
-    qkv_bias: bool  # Qwen2 has biases on q, k and v (not on o)
+    qkv_bias: bool  # biases on q, k and v (Qwen2 always; others with attention_bias)
     max_pos: int
     rope_theta: float
     rms_eps: float
     rope_scaling: dict | None = field(default=None, compare=False)
     params: int | None = None  # published parameter count, None for local models
     path: str | None = None  # local directory, None for embedded configs
+    o_bias: bool = False  # a bias on o_proj too (attention_bias of Llama, Qwen3, Gemma 3, gpt-oss)
+    window: int | None = None  # tokens a sliding-window layer's query sees, itself included
+    sliding: tuple[bool, ...] = ()  # per layer: sliding-window attention; () = every layer full
+    experts: int = 0  # routed experts of a MoE layer; 0 = a dense MLP in every layer
+    top_k: int = 0  # experts each token is routed to
+    expert_intermediate: int = 0
+    moe_layers: tuple[bool, ...] = ()  # per layer: a MoE MLP; () with experts > 0 = every layer
+    shared_intermediate: int = 0  # a shared expert every token reads (Qwen2-MoE), with a one-output gate
+    expert_format: str = "bf16"  # how the published checkpoint stores the routed experts (gpt-oss: mxfp4)
+    config: dict | None = field(default=None, compare=False)  # the config.json read (builds the HF config)
 
     def __post_init__(self):
-        if self.family not in FAMILIES:
+        if self.family not in FAMILY:
             raise UserError(f"model family {self.family!r} is not supported; supported: {', '.join(FAMILIES)}")
         if self.heads % self.kv_heads:
             raise UserError(f"{self.name}: heads ({self.heads}) must be a multiple of kv heads ({self.kv_heads})")
+        for what, t in (("sliding", self.sliding), ("moe_layers", self.moe_layers)):
+            if t and len(t) != self.layers:
+                raise UserError(f"{self.name}: {what} names {len(t)} layers, the model has {self.layers}")
+        if any(self.sliding) and not self.window:
+            raise UserError(f"{self.name}: sliding-window layers need a window")
+        if self.experts and not 0 < self.top_k <= self.experts:
+            raise UserError(f"{self.name}: top-k {self.top_k} must be within 1..{self.experts} experts")
+        if self.expert_format not in EXPERT_FORMATS:
+            raise UserError(f"{self.name}: expert format {self.expert_format!r}; known: {', '.join(EXPERT_FORMATS)}")
+
+    @property
+    def traits(self) -> Family:
+        return FAMILY[self.family]
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.traits.qk_norm
+
+    @property
+    def layer_norms(self) -> int:
+        return self.traits.layer_norms
+
+    @property
+    def sinks(self) -> bool:
+        return self.traits.sinks
+
+    @property
+    def expert_bias(self) -> bool:
+        return self.traits.expert_bias
+
+    def is_sliding(self, i: int) -> bool:
+        return bool(self.sliding) and self.sliding[i]
+
+    def is_moe(self, i: int) -> bool:
+        return self.experts > 0 and (not self.moe_layers or self.moe_layers[i])
+
+    @property
+    def n_moe(self) -> int:
+        return sum(self.is_moe(i) for i in range(self.layers))
 
 
-def arch_from_config(cfg: dict, name: str, path: str | None = None) -> Arch:
-    """An `Arch` from a transformers config.json dict (llama, qwen2, mistral)."""
+def native_refusal(a: Arch) -> str | None:
+    """Why floorline's native decode path cannot run `a` (None: it can). One line, naming what to use instead."""
+    if not a.traits.native:
+        return (f"--mode native runs the dense {', '.join(f for f, t in FAMILY.items() if t.native)} families, not "
+                f"{a.family}; use --mode graph or compile for {a.name}")
+    if any(a.sliding):
+        return f"--mode native has no sliding-window attention ({a.name}); use --mode graph or compile"
+    if a.o_bias:
+        return f"--mode native has no o_proj bias ({a.name}); use --mode graph or compile"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ reading config.json
+def _text_config(cfg: dict) -> dict:
+    """A multimodal config (Gemma 3's model_type "gemma3") decodes with its text_config: the vision tower is not read
+    by a decode step."""
+    if cfg.get("model_type") == "gemma3" and isinstance(cfg.get("text_config"), dict):
+        return {"model_type": "gemma3_text", **cfg["text_config"]}
+    return cfg
+
+
+def _sliding(cfg: dict, fam: Family, layers: int) -> tuple[int | None, tuple[bool, ...]]:
+    """(window, per-layer sliding flags) as transformers builds the attention masks."""
+    window = cfg.get("sliding_window")
+    if cfg.get("model_type", "").startswith("qwen") and not cfg.get("use_sliding_window"):
+        window = None  # Qwen configs carry a window they do not use unless use_sliding_window
+    if not window or window >= cfg.get("max_position_embeddings", 4096):  # Phi-4-mini's 262144: no layer ever slides
+        return None, ()
+    types = cfg.get("layer_types")
+    if types:
+        flags = tuple(t == "sliding_attention" for t in types)
+    elif cfg.get("model_type") == "gemma3_text":  # older configs: every sliding_window_pattern-th layer is full
+        pattern = cfg.get("sliding_window_pattern", 6)
+        flags = tuple(bool((i + 1) % pattern) for i in range(layers))
+    elif cfg.get("model_type", "").startswith("qwen"):  # layers from max_window_layers on slide
+        flags = tuple(i >= cfg.get("max_window_layers", layers) for i in range(layers))
+    elif fam.all_sliding:
+        flags = (True,) * layers
+    else:
+        raise UserError(f"config has sliding_window {window} but no layer_types saying which layers slide; add them")
+    if any(t not in ("sliding_attention", "full_attention") for t in types or ()):
+        raise UserError(f"layer_types {sorted(set(types))}: only sliding_attention and full_attention are accounted")
+    return (int(window), flags) if any(flags) else (None, ())
+
+
+def _moe(cfg: dict, fam: Family, layers: int) -> dict:
+    if not fam.moe:
+        return {}
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts")
+    kw = dict(experts=experts, top_k=cfg.get("num_experts_per_tok") or cfg.get("experts_per_token"))
+    if fam.moe == "qwen":  # MoE every decoder_sparse_step-th layer, except mlp_only_layers
+        step, dense = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers") or ())
+        flags = tuple(i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(layers))
+        kw.update(expert_intermediate=cfg["moe_intermediate_size"], moe_layers=() if all(flags) else flags,
+                  shared_intermediate=cfg.get("shared_expert_intermediate_size", 0) or 0)
+    else:  # mixtral, gpt_oss: intermediate_size is the expert's
+        kw.update(expert_intermediate=cfg["intermediate_size"])
+    q = cfg.get("quantization_config") or {}
+    if q.get("quant_method") == "mxfp4":
+        kw["expert_format"] = "mxfp4"
+    elif q:
+        raise UserError(f"quantization_config {q.get('quant_method')!r}: floorline counts pre-quantised experts in "
+                        f"mxfp4 only; give the unquantised config and --weight-bits")
+    if not kw["experts"] or not kw["top_k"]:
+        raise UserError("a MoE config needs num_experts (or num_local_experts) and num_experts_per_tok")
+    return kw
+
+
+def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int | None = None) -> Arch:
+    """An `Arch` from a transformers config.json dict (any model_type of FAMILY). The dict is kept (`config`) so the
+    same transformers config can be built from it."""
+    cfg = _text_config(cfg)
     family = cfg.get("model_type")
-    if family not in FAMILIES:
-        raise UserError(f"{name}: model_type {family!r} is not supported; supported: {', '.join(FAMILIES)}")
+    if family not in FAMILY:
+        raise UserError(f"{name}: model_type {family!r} is not supported; supported: {', '.join(FAMILIES)} (a model "
+                        f"of another type has no byte accounting here: open an issue with its config.json)")
+    fam = FAMILY[family]
+    if family in ("qwen3", "qwen3_moe", "gemma3_text", "gpt_oss") and "head_dim" not in cfg:
+        # their config classes default head_dim to a constant, not hidden / heads: do not guess which
+        raise UserError(f"{name}: config.json lacks 'head_dim' ({family} does not derive it); give the full config")
     try:
         heads = cfg["num_attention_heads"]
         hidden = cfg["hidden_size"]
-        if family == "mistral" and cfg.get("sliding_window"):
-            raise UserError(f"{name}: sliding-window attention is not supported; set sliding_window to null")
-        if cfg.get("mlp_bias") or (family == "llama" and cfg.get("attention_bias")):
-            raise UserError(f"{name}: biases on the MLP or on o_proj (mlp_bias / llama attention_bias) are not in "
-                            f"the floor accounting; use a model without them")
+        layers = cfg["num_hidden_layers"]
+        if cfg.get("mlp_bias"):
+            raise UserError(f"{name}: biases on the MLP (mlp_bias) are not in the floor accounting; use a model "
+                            f"without them")
         rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        rope = rope.get("full_attention", rope)  # Gemma 3 (transformers 5): one set per layer type
         theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
         scaling = rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None
+        flag_bias = fam.attention_bias == "flag" and bool(cfg.get("attention_bias", family == "gpt_oss"))
+        window, sliding = _sliding(cfg, fam, layers)
+        moe = _moe(cfg, fam, layers)
+        intermediate = cfg.get("intermediate_size", 0) if moe and fam.moe == "qwen" else cfg["intermediate_size"]
         return Arch(
-            name=name, family=family, hidden=hidden, intermediate=cfg["intermediate_size"],
-            layers=cfg["num_hidden_layers"], heads=heads, kv_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or hidden // heads, vocab=cfg["vocab_size"],
-            tied=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=family == "qwen2",  # transformers' Qwen2 always has q/k/v biases; Mistral never has
+            name=name, family=family, hidden=hidden, intermediate=intermediate, layers=layers, heads=heads,
+            kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=cfg.get("head_dim") or hidden // heads,
+            vocab=cfg["vocab_size"], tied=bool(cfg.get("tie_word_embeddings", family in ("gemma3_text", "smollm3"))),
+            qkv_bias=fam.attention_bias == "qkv" or flag_bias, o_bias=flag_bias,
             max_pos=cfg.get("max_position_embeddings", 4096), rope_theta=float(theta),
-            rms_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_scaling=scaling, path=path,
+            rms_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_scaling=scaling, path=path, params=params,
+            window=window, sliding=sliding, config=dict(cfg), **moe,
         )
     except KeyError as e:
         raise UserError(f"{name}: config.json lacks {e.args[0]!r}; give a complete transformers config") from None

@@ -30,8 +30,9 @@ BLOCKS: dict[str, tuple[int, int]] = {
 }
 MIXES = ("Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M")
 WEIGHT_KEYS = ("decoder_matrices", "decoder_biases", "decoder_norms", "final_norm", "lm_head", "embedding_row",
-               "embedding")
-MATRIX_KEYS = ("decoder_matrices", "lm_head", "embedding_row", "embedding")  # what a GGUF type quantises
+               "embedding", "qk_norms", "attention_sinks", "router", "experts", "shared_expert")
+# what a GGUF type quantises (routers, norms, biases and sinks stay f32 / f16 in llama.cpp's files)
+MATRIX_KEYS = ("decoder_matrices", "lm_head", "embedding_row", "embedding", "experts", "shared_expert")
 
 
 def bits_per_weight(type_name: str) -> float:
@@ -68,8 +69,9 @@ def _rescale(c: dict[str, int], keys: tuple[str, ...], dense_bytes: int, bytes_p
 
 
 def _kv(a: Arch, ctx: int, k_bytes: float, v_bytes: float) -> tuple[int, int]:
-    per_token = a.layers * a.kv_heads * a.head_dim * (k_bytes + v_bytes)  # K and V of every layer
-    return math.ceil(ctx * per_token), math.ceil(per_token)
+    per_layer_token = a.kv_heads * a.head_dim * (k_bytes + v_bytes)  # K and V of one layer, one position
+    positions = sum(floor.kv_positions_read(a, i, ctx) for i in range(a.layers))  # sliding layers: their window
+    return math.ceil(positions * per_layer_token), math.ceil(a.layers * per_layer_token)
 
 
 def floor_at_bpw(a: Arch, ctx: int, bpw: float, dtype: str = "bf16", convention: str = "strict") -> floor.Floor:

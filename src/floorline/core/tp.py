@@ -90,6 +90,11 @@ def components(a: Arch, ctx: int, n: int, rank: int, fmt: F.WeightFormat = F.Wei
         raise UserError(f"unknown convention {convention!r}; use one of {', '.join(F.CONVENTIONS)}")
     if ctx < 0:
         raise UserError(f"context must be >= 0, got {ctx}")
+    if n == 1:
+        return F.components(a, ctx, fmt, convention, kv_bytes)
+    if a.experts or any(a.sliding) or a.qk_norm or a.o_bias or a.sinks or a.layer_norms != 2:
+        raise UserError(f"--tp {n}: the tensor-parallel split is accounted for dense Llama-style layers; {a.name} "
+                        f"({a.family}) has {_extras(a)}; use --tp 1")
     s = shard(a, n, rank)
     d = fmt.dense_bytes
     kv_b = d if kv_bytes is None else kv_bytes
@@ -119,6 +124,12 @@ def components(a: Arch, ctx: int, n: int, rank: int, fmt: F.WeightFormat = F.Wei
         c["embedding"] = emb_matrix - lm_shard if a.tied else emb_matrix
         c["kv_read"] = ctx * per_token_kv
     return c
+
+
+def _extras(a: Arch) -> str:
+    have = [("experts", a.experts), ("sliding windows", any(a.sliding)), ("q/k norms", a.qk_norm),
+            ("an o_proj bias", a.o_bias), ("attention sinks", a.sinks), ("four norms a layer", a.layer_norms != 2)]
+    return ", ".join(w for w, on in have if on)
 
 
 @dataclass(frozen=True)

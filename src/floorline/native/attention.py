@@ -29,11 +29,16 @@ ATTN_STAGES = 3  # the tile loop's software-pipeline depth (Triton's default for
 if triton is not None:
 
     @triton.jit
-    def _rope(QKV, cos, sin, rows, d, mask, D: tl.constexpr):
+    def _rope(QKV, cos, sin, rows, d, mask, D: tl.constexpr, NW=None, NWP=None, EPS: tl.constexpr = 0.0):
         """Rows `rows` (head indices) of the fused q/k/v vector, rotated by the position's cos, sin (D,) (HF's
-        rotate_half layout)."""
+        rotate_half layout). NW, NWP (D,) given: each row RMS-normalised first and scaled by the norm's weights, NW
+        in d order, NWP in the partner's (d + D/2) % D order (Qwen3's q/k norm)."""
         x = tl.load(QKV + rows[:, None] * D + d[None, :], mask=mask, other=0.0)
         partner = tl.load(QKV + rows[:, None] * D + ((d + D // 2) % D)[None, :], mask=mask, other=0.0)
+        if NW is not None:
+            r = tl.rsqrt(tl.sum(x * x, 1) / D + EPS)[:, None]
+            x = x * r * NW[None, :]
+            partner = partner * r * NWP[None, :]
         sign = tl.where(d < D // 2, -1.0, 1.0)
         return x * cos[None, :] + sign[None, :] * partner * sin[None, :]
 
@@ -56,10 +61,11 @@ if triton is not None:
     def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
                     H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                     CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
-                    STAGES: tl.constexpr = 3):
+                    STAGES: tl.constexpr = 3, QN=None, KN=None, QK_EPS: tl.constexpr = 0.0):
         """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
         tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
-        `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step."""
+        `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step. QN, KN (D,):
+        q's and k's per-head RMSNorm weights (Qwen3), applied before the rotation; None: no norm (not compiled)."""
         kvh = tl.program_id(0)
         c = tl.program_id(1)
         pos = tl.load(POS)
@@ -72,15 +78,20 @@ if triton is not None:
         v0 = tl.load(VC + base, mask=old[:, None], other=0.0)
         cos = tl.load(COS + pos * D + d)  # the rotation's tables are constant: read before the wait too
         sin = tl.load(SIN + pos * D + d)
+        qn, qnp, kn, knp = None, None, None, None
+        if QN is not None:  # and so are the q/k norm's weights
+            qn, qnp = tl.load(QN + d), tl.load(QN + (d + D // 2) % D)
+            kn, knp = tl.load(KN + d), tl.load(KN + (d + D // 2) % D)
         P.wait(PDL)
         if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
             g = tl.arange(0, GP)
             one = tl.arange(0, 1)
-            q = _rope(QKV, cos, sin, kvh * G + g, d, (g < G)[:, None], D)  # the group's query heads
+            q = _rope(QKV, cos, sin, kvh * G + g, d, (g < G)[:, None], D, qn, qnp, QK_EPS)  # the group's q heads
             q = (q * scale).to(KC.dtype.element_ty)
             # this position's k (rotated) and v, rounded as the cache holds them; the chunk holding the
             # position writes them to the cache, and every program uses the registers, not the cache, for it
-            k_new = _rope(QKV, cos, sin, H + kvh + one, d, one[:, None] >= 0, D).to(KC.dtype.element_ty)
+            k_new = _rope(QKV, cos, sin, H + kvh + one, d, one[:, None] >= 0, D, kn, knp, QK_EPS)
+            k_new = k_new.to(KC.dtype.element_ty)
             v_new = tl.load(QKV + (H + KVH + kvh + one)[:, None] * D + d[None, :]).to(VC.dtype.element_ty)
             if pos < start + CHUNK:
                 tl.store(KC + kvh * stride_kh + pos * D + d[None, :] + one[:, None] * 0, k_new)
@@ -161,13 +172,16 @@ def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
 ATTN_CUDA_FROM = 8192
 
 
-def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int, want: str = "auto") -> str:
+def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int, want: str = "auto",
+                 qk_norm: bool = False) -> str:
     """Which kernel computes the attention's chunks of a `length`-position cache: "cuda" (attn_cuda, where the GPU and
     shapes allow it) or "triton". want (NativeOptions.attn_kernel): auto (cuda from ATTN_CUDA_FROM positions, where it
-    measured faster), cuda or triton. The merge is Triton's either way."""
+    measured faster), cuda or triton. The merge is Triton's either way. A q/k norm (Qwen3) runs in Triton's only."""
     if want not in ("auto", "cuda", "triton"):
         raise UserError(f"attn_kernel={want!r}: use auto, cuda or triton (the attention's chunk kernel)")
-    if want == "triton" or INTERPRET or torch.device(device).type != "cuda":
+    if want == "cuda" and qk_norm:
+        raise UserError("attn_kernel=cuda has no q/k norm (Qwen3); use attn_kernel=triton or auto")
+    if want == "triton" or qk_norm or INTERPRET or torch.device(device).type != "cuda":
         return "triton"
     if want == "auto" and length < ATTN_CUDA_FROM:
         return "triton"
@@ -201,17 +215,19 @@ class AttnScratch:
     kernels' launch parameters. kernel (NativeOptions.attn_kernel) picks the chunk kernel (attn_backend); chunk (0:
     sized to the GPU) the positions a chunk program covers. Triton: tile, warps and pipeline stages of the tile loop
     default to ATTN_BL, 8 warps and ATTN_STAGES. CUDA: warps by attn_cuda.config's rule. pdl: the kernels' PDL switch
-    (pdl.mode). merge: (programs a head, warps) of the merge (MERGE)."""
+    (pdl.mode). merge: (programs a head, warps) of the merge (MERGE). qk_norm: the step normalises q and k (Qwen3).
+    """
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int = 0,
                  tile: int | None = None, warps: int | None = None, stages: int | None = None,
-                 dtype=torch.bfloat16, kernel: str = "auto", merge: tuple[int, int] = MERGE, pdl: int | None = None):
+                 dtype=torch.bfloat16, kernel: str = "auto", merge: tuple[int, int] = MERGE, pdl: int | None = None,
+                 qk_norm: bool = False):
         device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
         self.pdl = P.mode("auto", device) if pdl is None else pdl
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel)
+        self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel, qk_norm)
         if self.backend == "cuda":
             from floorline.native import attn_cuda
 
@@ -237,13 +253,17 @@ class AttnScratch:
         return f"chunk {self.chunk} tile {self.tile} w{self.warps} s{self.stages}{merge}"
 
 
-def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False):
+def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False,
+                  qk_norm: tuple | None = None):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
     positions 0..pos: the GPU twin of refs.ref_rope_kv then refs.ref_attention. Two launches: the chunks (Triton's
     _attn_chunk or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv
-    (fp32) once it is read."""
+    (fp32) once it is read. qk_norm (q weights, k weights, eps): each q and k head RMS-normalised before RoPE."""
     kv_heads, _, d = k_cache.shape
     pdl = 0 if INTERPRET else scratch.pdl
+    norm = dict(QN=qk_norm[0], KN=qk_norm[1], QK_EPS=float(qk_norm[2])) if qk_norm is not None else {}
+    if qk_norm is not None and scratch.backend == "cuda":
+        raise UserError("the CUDA attention kernel has no q/k norm; build AttnScratch with qk_norm=True")
     if scratch.backend == "cuda":
         from floorline.native import attn_cuda
 
@@ -254,7 +274,7 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                                                 scratch.o, scale, k_cache.stride(0), scratch.nchunk, H=heads,
                                                 KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
                                                 BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
-                                                num_warps=scratch.warps, **P.launch_kwargs(pdl))
+                                                num_warps=scratch.warps, **norm, **P.launch_kwargs(pdl))
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
     split, mwarps = scratch.merge
     _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),

@@ -1,10 +1,11 @@
-"""floorline's own decode model for the Llama / Qwen2 / Mistral families, in the spirit of gpt-fast.
+"""floorline's own decode model for the dense Llama / Qwen2 / Mistral / Qwen3 families, in the spirit of gpt-fast.
 
 The weights are taken from the HF model floorline built or loaded (random or a local directory) and re-laid-out
 once: q, k, v fused into one matrix (Qwen2's biases fused alike), gate and up fused (the GEMV's epilogue
 multiplies silu(gate) by up), the norms, lm_head and the embedding shared with the HF model (no copy). A static KV
 cache (layers, kv_heads, length, head_dim) sized to the run.
 RoPE tables come from the HF model's own rotary embedding (so llama3 scaling is HF's), as cos / sin per position.
+Qwen3's per-head q and k RMSNorm runs in the attention kernel, on q and k as it loads them to rotate (fp32).
 
 A decode step reads the token and the position from device tensors and writes the next token and position back in
 place, so the whole step can be one CUDA graph. `ops` picks the kernels: "triton" (gemv.py, mlp.py, attention.py,
@@ -68,6 +69,8 @@ class NativeModel:
         qkv = [at.q_proj, at.k_proj, at.v_proj]
         d["qkv"] = _fuse(qkv, bias_ok=True)
         d["qkv_bias"] = torch.cat([m.bias for m in qkv]).float() if at.q_proj.bias is not None else None
+        # Qwen3: RMSNorm weights (head_dim) of q's and k's heads, in fp32 like the other norms
+        d["qk_norm"] = (at.q_norm.weight.float(), at.k_norm.weight.float(), self.eps) if hasattr(at, "q_norm") else None
         d["o"] = _fuse([at.o_proj])
         d["gate_up"] = _fuse([mlp.gate_proj, mlp.up_proj])
         d["down"] = _fuse([mlp.down_proj])
@@ -88,7 +91,8 @@ class NativeModel:
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.next_state = E.next_token_state(dev) if self.ops == "triton" else None
         self.attn = (A.AttnScratch(h, kv, d, self.max_len, dev, chunk=self.options.attn_chunk, dtype=self.embed.dtype,
-                                   kernel=self.options.attn_kernel, pdl=self.pdl) if self.ops == "triton" else None)
+                                   kernel=self.options.attn_kernel, pdl=self.pdl,
+                                   qk_norm=self.layers[0]["qk_norm"] is not None) if self.ops == "triton" else None)
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
@@ -104,11 +108,12 @@ class NativeModel:
 
     def _attention(self, i: int):
         """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
-        kc, vc = self.k_cache[i], self.v_cache[i]
+        kc, vc, norm = self.k_cache[i], self.v_cache[i], self.layers[i]["qk_norm"]
         if self.ops == "triton":
             return A.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
-                                   zero_qkv=self.qkv_acc)
-        q = R.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim)
+                                   zero_qkv=self.qkv_acc, qk_norm=norm)
+        q = R.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim,
+                          norm)
         out = R.ref_attention(q, kc, vc, self.pos, self.scale)
         if self.qkv_acc:
             self.qkv.zero_()
@@ -183,8 +188,11 @@ class NativeModel:
             hn = R.rmsnorm(x, lay["attn_norm"], self.eps)
             qkv = _mm(hn, lay["qkv"], lay["qkv_bias"])
             qkv = qkv.reshape(n, h + 2 * kv, d)
-            q = R.rotate(qkv[:, :h], cos[:, None], sin[:, None])
-            k = R.rotate(qkv[:, h:h + kv], cos[:, None], sin[:, None])
+            q, k = qkv[:, :h], qkv[:, h:h + kv]
+            if lay["qk_norm"] is not None:
+                q, k = R.rmsnorm(q, lay["qk_norm"][0], self.eps), R.rmsnorm(k, lay["qk_norm"][1], self.eps)
+            q = R.rotate(q, cos[:, None], sin[:, None])
+            k = R.rotate(k, cos[:, None], sin[:, None])
             self.k_cache[i, :, start:end] = k.transpose(0, 1).to(self.k_cache.dtype)
             self.v_cache[i, :, start:end] = qkv[:, h + kv:].transpose(0, 1).to(self.v_cache.dtype)
             kk = self.k_cache[i, :, :end].float().repeat_interleave(h // kv, 0)

@@ -49,12 +49,16 @@ def rotate(x, cos, sin):
     return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
 
 
-def ref_rope_kv(qkv, cos, sin, pos, k_cache, v_cache, heads, kv_heads, head_dim):
-    """q (heads, D) fp32 rotated at `pos`; k rotated and v written into the caches (kv_heads, L, D) at `pos`."""
+def ref_rope_kv(qkv, cos, sin, pos, k_cache, v_cache, heads, kv_heads, head_dim, qk_norm=None):
+    """q (heads, D) fp32 rotated at `pos`; k rotated and v written into the caches (kv_heads, L, D) at `pos`.
+    qk_norm (q weights, k weights, eps): each q and k head RMS-normalised first (Qwen3)."""
     p = int(pos)
     x = qkv.float().reshape(heads + 2 * kv_heads, head_dim)
-    q = rotate(x[:heads], cos[p], sin[p])
-    k = rotate(x[heads:heads + kv_heads], cos[p], sin[p])
+    q, k = x[:heads], x[heads:heads + kv_heads]
+    if qk_norm is not None:
+        q, k = rmsnorm(q, qk_norm[0], qk_norm[2]), rmsnorm(k, qk_norm[1], qk_norm[2])
+    q = rotate(q, cos[p], sin[p])
+    k = rotate(k, cos[p], sin[p])
     k_cache[:, p] = k.to(k_cache.dtype)
     v_cache[:, p] = x[heads + kv_heads:].to(v_cache.dtype)
     return q

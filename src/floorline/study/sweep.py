@@ -38,17 +38,18 @@ def plan(models_: list[str], ctxs: list[int], modes: list[str], base: RunConfig)
     archs = {m: zoo.resolve(m) for m in models_}
     device = resolve_device(base.device) if base.device != "auto" else None
     kind = device.type if device else ("cuda" if _cuda_visible() else "cpu")
-    modes = expand_modes(modes, torch.device(kind), base.quant)  # a device name only: no CUDA context here
     base = with_defaults(replace(base, device=base.device if base.device != "auto" else kind,
                                  quant=quant.canonical(base.quant)), kind)
     if min(ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")
+    # a device name only (no CUDA context here); `all` per model: no native for a model native does not run (MoE)
+    by_model = {m: expand_modes(modes, torch.device(kind), base.quant, arch=a) for m, a in archs.items()}
     for m, a in archs.items():  # options wrong for every cell fail the sweep here, not each cell in the file;
-        validate(replace(base, model=m, ctxs=[1], modes=modes), a, kind)  # a ctx past max position is per cell
+        validate(replace(base, model=m, ctxs=[1], modes=by_model[m]), a, kind)  # a ctx past max position: per cell
     cells = []
     for m, a in archs.items():
         for ctx in ctxs:
-            for mode in modes:
+            for mode in by_model[m]:
                 cells.append(Cell(a, m, ctx, mode, replace(base, model=m, ctxs=[ctx], modes=[mode])))
     return cells
 

@@ -22,6 +22,11 @@ class Runtime:
     name = ""
     needs_cuda = False
     static_cache = False
+    # sliding-window layers held at the full cache length (graph, compile): transformers' own sliding static layer
+    # keeps its fill level in a Python int and rolls its buffer with a tensor made in the step, which a CUDA graph
+    # freezes (wrong positions, or a host copy during capture) and Dynamo re-specialises every step. The model's
+    # sliding mask still applies the window; the step reads the masked positions too (more than the floor's window).
+    full_length_sliding = False
     prepare_tokens = 0
 
     @staticmethod
@@ -31,13 +36,14 @@ class Runtime:
 
     def describe(self) -> dict:
         """Settings of this runtime worth keeping in its records."""
-        return {}
+        return {"hf_sliding_cache": "full length, masked"} if self.sliding_full_length else {}
 
     def __init__(self, model: torch.nn.Module, max_cache_len: int):
         self.model = model
         self.max_cache_len = max_cache_len
         self.kw = cache_kwarg(model)
         self.device = next(model.parameters()).device
+        self.sliding_full_length = False
         self.cache = self._new_cache()
         self.tok = torch.zeros(1, 1, dtype=torch.long, device=self.device)
         self.pos = torch.zeros(1, 1, dtype=torch.long, device=self.device)  # position of self.tok
@@ -47,9 +53,15 @@ class Runtime:
         from transformers import DynamicCache, StaticCache
 
         cfg = self.model.config
-        if self.static_cache:
-            return StaticCache(config=cfg, max_cache_len=self.max_cache_len)
-        return DynamicCache(config=cfg)
+        if not self.static_cache:
+            return DynamicCache(config=cfg)
+        cache = StaticCache(config=cfg, max_cache_len=self.max_cache_len)
+        if self.full_length_sliding and any(cache.is_sliding):
+            from transformers.cache_utils import StaticLayer
+
+            cache.layers = [StaticLayer(max_cache_len=self.max_cache_len) for _ in cache.layers]
+            self.sliding_full_length = True
+        return cache
 
     def _forward(self, input_ids, position_ids, **kw):
         return self.model(input_ids=input_ids, position_ids=position_ids, use_cache=True, **{self.kw: self.cache}, **kw)

@@ -12,6 +12,7 @@ class Compiled(Runtime):
     name = "compile"
     needs_cuda = True
     static_cache = True
+    full_length_sliding = True  # base.Runtime: a sliding layer's state is host-side
     prepare_tokens = 3  # 1st call compiles, 2nd records the CUDA graph, 3rd replays: all real tokens, none timed
 
     def prepare(self) -> None:

@@ -11,6 +11,7 @@ class Graph(Runtime):
     name = "graph"
     needs_cuda = True
     static_cache = True
+    full_length_sliding = True  # base.Runtime: a sliding layer's state is host-side
     prepare_tokens = 2  # warm-up steps on a side stream before capture, as CUDA graphs require
 
     def prepare(self) -> None:
