@@ -102,3 +102,18 @@ def test_floor_at_bpw():
         assert q.components[k] == math.ceil(dense.components[k] / 2 * 4.5 / 8)
     for k in ("decoder_norms", "final_norm", "kv_read", "kv_write"):
         assert q.components[k] == dense.components[k]
+
+
+def test_floor_at_bpw_of_a_moe_with_sliding_layers():
+    """gguf's widths on gpt-oss's parts: the experts and matrices at the file's width (llama.cpp ships gpt-oss as
+    MXFP4 experts), the router, sinks, norms and biases dense; the KV read of its sliding layers capped at the window."""
+    a = zoo.ZOO["gpt-oss-20b"]
+    dense = floor.floor(a, 4096)
+    q = gguf.floor_at_bpw(a, 4096, gguf.bits_per_weight("MXFP4"))
+    assert q.components["experts"] == math.ceil(dense.components["experts"] / 2 * 4.25 / 8)
+    for k in ("router", "attention_sinks", "decoder_biases", "decoder_norms", "kv_read"):
+        assert q.components[k] == dense.components[k]
+    s = gguf.floor_from_size(a, 4096, 12_000_000_000, None)  # a 12 GB file, every parameter at its average
+    per = 12_000_000_000 / floor.parameter_count(a)
+    assert s.components["experts"] == math.ceil(dense.components["experts"] / 2 * per)
+    assert s.components["kv_read"] == (12 * 127 + 12 * 4096) * 8 * 64 * 4  # f16 K and V, 12 sliding + 12 full layers
