@@ -79,14 +79,16 @@ def h200_run() -> str:
                   f"{display.bandwidth_line(r0)}):") + f"\n{display.markdown(recs, cols)}\n")
 
 
-def _suite(groups: tuple[str, ...] = ("native", "native-int4", "native-long", "small", "hf")) -> list[dict]:
-    """The figures of record: every valid record of the suite's files (`groups`), the latest of each cell."""
+def _suite(groups: tuple[str, ...] = ("native", "native-int4", "native-long", "small", "hf"),
+           valid_only: bool = True) -> list[dict]:
+    """The figures of record: the records of the suite's files (`groups`; valid ones only unless asked), the latest of
+    each cell."""
     latest = {}
     for f in sorted(SUITE.glob("*.jsonl")):
         if f.stem not in groups:
             continue
         for r in _read(f):
-            if (r.get("kind") or "cell") == "cell" and r.get("valid"):
+            if (r.get("kind") or "cell") == "cell" and (r.get("valid") or not valid_only):
                 key = (r["model"], r["ctx"], r["mode"], r.get("quant") or "none")
                 if key not in latest or (r.get("timestamp") or "") >= (latest[key].get("timestamp") or ""):
                     latest[key] = dict(r, _file=_rel(f))
@@ -128,13 +130,8 @@ def h200_headline() -> str:
 def h200_today() -> str:
     """Today's families on the H200 (scripts/h200_suite.toml, group today): every cell's latest record, the invalid
     ones with their reason; MoE rows with the experts a step read and the floor of every expert."""
-    latest = {}
-    for r in _read(SUITE / "today.jsonl"):
-        key = (r["model"], r["ctx"], r["mode"], r.get("quant") or "none")
-        if key not in latest or (r.get("timestamp") or "") >= (latest[key].get("timestamp") or ""):
-            latest[key] = r
     order = {"eager": 0, "static": 1, "graph": 2, "compile": 3, "native": 4}
-    recs = sorted(latest.values(), key=lambda r: (r["model"], r["ctx"], order.get(r["mode"], 9)))
+    recs = sorted(_suite(("today",), valid_only=False), key=lambda r: (r["model"], r["ctx"], order.get(r["mode"], 9)))
     rows = ["| model | ctx | mode | ms/step | floor ms (datasheet) | % of floor (datasheet) | % of floor (measured bw) "
             "| note |", "|---|---|---|---|---|---|---|---|"]
     for r in recs:

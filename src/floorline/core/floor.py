@@ -151,18 +151,10 @@ def _attention_extras(a: Arch) -> dict[str, int]:
 
 
 def parameter_count(a: Arch) -> int:
-    """All parameters, embedding and (untied) lm_head included; what `sum(p.numel())` of the HF model gives."""
-    dense = sum(o * i for o, i in mlp_shapes(a.intermediate, a.hidden))
-    per_expert = sum(o * i for o, i in mlp_shapes(a.expert_intermediate, a.hidden))
-    per_expert += (2 * a.expert_intermediate + a.hidden) if a.expert_bias else 0
-    moe = (a.experts * a.hidden + (a.experts if a.expert_bias else 0)  # router
-           + a.experts * per_expert
-           + (sum(o * i for o, i in mlp_shapes(a.shared_intermediate, a.hidden)) + a.hidden
-              if a.shared_intermediate else 0))
-    per_layer = sum(o * i for o, i in attention_shapes(a)) + sum(_attention_extras(a).values())
-    total = sum(per_layer + (moe if a.is_moe(i) else dense) for i in range(a.layers))
-    emb = a.vocab * a.hidden
-    return total + a.hidden + emb * (1 if a.tied else 2)  # + final norm + embedding (+ lm_head)
+    """All parameters, embedding and (untied) lm_head included; what `sum(p.numel())` of the HF model gives: the paper
+    convention's weights (every parameter) at one byte an element with nothing cached, so the count and the bytes come
+    from the same formulas."""
+    return sum(components(a, 0, WeightFormat(dense_bytes=1), "paper").values())
 
 
 def components(a: Arch, ctx: int, fmt: WeightFormat = WeightFormat(), convention: str = "strict",
