@@ -31,7 +31,7 @@ def constants(bn, bk, ahead, pro=1, glu=0, acc=0, split=1, bias=0, stages=0, int
 
 
 def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("N", "K", "KW"),
-             divisible=("N", "K", "KW")):
+             divisible=("N", "K", "KW"), maxnreg=None):
     """`kernel` (gemv._gemv, or another: its pointer types and int arguments given) compiled for sm_90 with
     these constexprs, pointers and `divisible` ints specialised as divisible by 16: Triton's CompiledKernel."""
     import triton
@@ -41,11 +41,11 @@ def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("
     names = list(kernel.arg_names)
     if const.get("INT4"):  # int4: the words of 8 codes
         pointers = {**pointers, "W": "*i32"}
-    sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n in ("eps", "scale") else "constexpr")
+    sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n in ("eps", "scale", "qk_eps") else "constexpr")
            for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *divisible)}
     src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {})))
 
 
 def cuobjdump_tool() -> Path:

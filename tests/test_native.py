@@ -262,7 +262,7 @@ def test_int4_words_hold_codes_sixteen_columns_apart_in_each_group():
 
 
 # ------------------------------------------------------------------------------------------- the whole model
-def _compare_with_hf(name, ops, steps=4, quant_name=None, options=None):
+def _compare_with_hf(name, ops, steps=4, quant_name=None, options=None, tweak=None):
     from transformers import DynamicCache
 
     from floorline.bench.runtimes.base import cache_kwarg
@@ -273,6 +273,8 @@ def _compare_with_hf(name, ops, steps=4, quant_name=None, options=None):
         quant.convert(m, quant.get(quant_name), torch.float32)
     prompt = torch.randint(0, a.vocab, (1, 40), generator=torch.Generator().manual_seed(1))
     net = NativeModel(m, 64, ops=ops, **({"options": options} if options else {}))
+    if tweak:
+        tweak(net)
     worst = 0.0
     with torch.inference_mode():
         lg = net.prefill(prompt, 16)

@@ -40,7 +40,7 @@ def test_records_hold_the_options_and_give_them_back():
     o = NativeOptions.parse("mlp=gemv,pdl=off")
     rec = o.record()
     assert rec == {"native_mlp": "gemv", "native_attn_kernel": "auto", "native_attn_chunk": 0, "native_pdl": "off",
-                   "native_step_tune": True}
+                   "native_persist": "off", "native_step_tune": True}
     assert NativeOptions.from_record(rec) == o
     assert NativeOptions.from_record({}) == NativeOptions()  # records from before the options: the defaults
 

@@ -241,6 +241,7 @@ def _measure_mode(ses: Session, mode: str, ctx: int, max_len: int, log) -> dict:
             before = nvml.snapshot() if nvml else {}
             samples = time_steps(rt.step, ses.cfg.steps, ses.device)  # the timed region
             after = nvml.snapshot() if nvml else {}
+            rt.check()
             s = stats.summarize(samples)
             room = energy_tokens(ses.cfg, ses.arch, ctx, ses.energy)
             if room:

@@ -21,11 +21,13 @@ import math
 
 import torch
 
+from floorline.core.errors import UserError
 from floorline.native import attention as A
 from floorline.native import ends as E
 from floorline.native import gemv as G
 from floorline.native import mlp as M
 from floorline.native import pdl as P
+from floorline.native import persist as PS
 from floorline.native import refs as R
 from floorline.native.options import NativeOptions
 
@@ -60,6 +62,15 @@ class NativeModel:
         self.pos = torch.zeros(1, dtype=torch.int32, device=dev)
         self.logits = None
         self._buffers(dev)
+        # every layer in one persistent kernel (persist.py): on, or auto (the step tuner times it against off)
+        self.persist = None
+        if ops == "triton" and options.persist != "off" and type(self) is NativeModel:
+            why = PS.unsupported(self)
+            if why is None:
+                self.persist = PS.PersistStep(self)
+            elif options.persist == "on":
+                raise UserError(f"native option persist=on: not for {why}; use persist=off or auto")
+        self.persist_on = self.persist is not None  # auto: the tuner may turn it off
 
     # -------------------------------------------------------------------------------------------- weights
     def _layer(self, layer) -> dict:
@@ -138,6 +149,10 @@ class NativeModel:
         x, xs = self.x, self.xs  # layer i reads xs[i % len(xs)]: one buffer, or the fused MLP's three in turn
         if self.ops == "triton":  # a PDL launch: the first q/k/v GEMV's programs load weights while it runs
             E.tri_embed(self.embed, self.tok, x, zero_next=self.fused_mlp, pdl=self.pdl)
+            if self.persist_on:
+                self.persist.launch()
+                self._ends(xs[len(self.layers) % 3])
+                return
         else:
             x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
             if self.fused_mlp:
@@ -152,7 +167,10 @@ class NativeModel:
                 continue
             self._gemv(lay["gate_up"], x, self.act, pro=R.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
             self._gemv(lay["down"], self.act, x, residual=x)
-        x = xs[len(self.layers) % len(xs)]
+        self._ends(xs[len(self.layers) % len(xs)])
+
+    def _ends(self, x) -> None:
+        """lm_head of the final norm of x into the logits, then the next token and position."""
         self._gemv({"w": self.lm_head}, x, self.logits, pro=R.PRO_RMSNORM, norm_w=self.final_norm)
         if self.ops == "triton":
             E.tri_next_token(self.logits, self.tok, self.pos, self.next_state, pdl=self.pdl)

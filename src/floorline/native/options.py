@@ -8,6 +8,8 @@
               below | triton | cuda
   attn_chunk  cache positions an attention program covers: 0 (the default) sizes it to fill the GPU; 64..1024 fixes it
   pdl         auto: programmatic dependent launch where the GPU has it (Hopper and newer) | off (plain stream order)
+  persist     off: one launch a kernel | on: every decoder layer in one persistent kernel (persist.py) | auto: both
+              timed in the whole step by the step tuner, the faster kept (persist=auto with step_tune=off: off)
   step_tune   re-time every tuned launch choice inside the whole decode step before the graph is captured (default
               on; off keeps the one-launch timer's picks and saves ~20 s of preparation a cell)
 
@@ -24,6 +26,7 @@ MLPS = ("fused", "gemv")
 ATTN_KERNELS = ("auto", "triton", "cuda")
 ATTN_CHUNKS = (0, 64, 128, 256, 512, 1024)
 PDLS = ("auto", "off")
+PERSISTS = ("off", "on", "auto")
 
 
 @dataclass(frozen=True)
@@ -32,10 +35,12 @@ class NativeOptions:
     attn_kernel: str = "auto"
     attn_chunk: int = 0
     pdl: str = "auto"
+    persist: str = "off"
     step_tune: bool = True
 
     def __post_init__(self):
-        for name, allowed in (("mlp", MLPS), ("attn_kernel", ATTN_KERNELS), ("pdl", PDLS)):
+        for name, allowed in (("mlp", MLPS), ("attn_kernel", ATTN_KERNELS), ("pdl", PDLS),
+                              ("persist", PERSISTS)):
             if getattr(self, name) not in allowed:
                 raise UserError(f"native option {name}={getattr(self, name)!r}: use {' or '.join(allowed)}")
         if self.attn_chunk not in ATTN_CHUNKS:

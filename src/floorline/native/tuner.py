@@ -56,7 +56,8 @@ class Tuner:
         GEMV's chosen configs)."""
         return {"native_int4_step_tuning": self.step_tuning.get("int4") or None,
                 "native_triton_step_tuning": self.step_tuning.get("gemv") or None,
-                "native_mlp_step_tuning": self.step_tuning.get("mlp") or None}
+                "native_mlp_step_tuning": self.step_tuning.get("mlp") or None,
+                "native_persist_step_tuning": self.step_tuning.get("persist") or None}
 
 
 def shape_name(n: int, k: int, pro, glu, acc) -> str:

@@ -92,5 +92,9 @@ class Runtime:
     def step(self) -> None:
         self._step_body()
 
+    def check(self) -> None:
+        """After the timed steps: raise (one line) if the steps went wrong in a way only the device knows; default
+        nothing (native's persistent kernel: a wait that timed out)."""
+
     def close(self) -> None:
         self.cache = None

@@ -35,13 +35,17 @@ class Native(Runtime):
         comm = tpdist.current()  # a rank of a tensor-parallel run: its shard, all-reduces in the step
         self.net = native_model(model, max_cache_len, "triton", comm.backend if comm else "nccl", options)
         self.tok, self.pos = self.net.tok.view(1, 1), self.net.pos.view(1, 1)
+        # persist=auto: one more real token, the per-kernel step's own warm-up before the two are timed against each other
+        self.auto = self.net.persist is not None and options.persist == "auto" and options.step_tune
+        self.prepare_tokens = Native.prepare_tokens + int(self.auto)
 
     def describe(self) -> dict:
         """The options asked for, and what the step resolved them to and tuned (kept in the record)."""
         from floorline.native import int4_cuda
         from floorline.native.tuner import TUNER
 
-        return {"native_pdl_launch": bool(self.net.pdl),
+        persist = self.net.persist.config.name() if self.net.persist_on else None
+        return {"native_pdl_launch": bool(self.net.pdl), "native_persist_used": persist,
                 "native_fused_mlp": self.net.fused_mlp, "native_attn": self.net.attn.name(),
                 "native_attn_chunk_used": self.net.attn.chunk, "native_int4_configs": int4_cuda.tuned() or None,
                 **TUNER.record()}
@@ -55,25 +59,39 @@ class Native(Runtime):
         """Capture the step (its warm-up steps compile and tune every kernel first); with step_tune, re-time the
         tuned launch choices inside the whole step (int4 GEMV configs, Triton GEMV tiles, fused-MLP tiles), then
         capture again."""
-        from floorline.native import gemv, int4_cuda, mlp
+        from floorline.native import gemv, int4_cuda, mlp, persist
         from floorline.native.tuner import TUNER
 
         t0 = time.perf_counter()
         TUNER.step_tuning.clear()
-        self.graph = capture_graph(self.net.step, self.prepare_tokens)
+        net = self.net
+        auto = self.auto
+        net.persist_on = net.persist is not None and (self.options.persist == "on" or auto)
+        self.graph = capture_graph(net.step, Native.prepare_tokens)
         if self.options.step_tune:
             self.graph = None
-            capture, state = (lambda: capture_graph(self.net.step, 0)), [self.net.tok, self.net.pos]
+            capture, state = (lambda: capture_graph(net.step, 0)), [net.tok, net.pos]
+            if auto:  # the per-kernel step first (its own choices tuned), then the persistent kernel against it
+                net.persist_on = False
+                capture_graph(net.step, 1)
             if TUNER.int4_ranked:
                 int4_cuda.retune_in_step(capture, state)
             gemv.retune_in_step(capture, state)
-            if self.net.fused_mlp:
+            if net.fused_mlp:
                 mlp.retune_in_step(capture, state)
-            self.graph = capture_graph(self.net.step, 0)
+            if net.persist is not None:
+                persist.retune_in_step(net, capture, state, with_off=auto)
+            self.graph = capture_graph(net.step, 0)
+        self.check()
         self.prepare_s = time.perf_counter() - t0
 
     def step(self) -> None:
         self.graph.replay()
+
+    def check(self) -> None:
+        if self.net.persist is not None:
+            torch.cuda.synchronize()
+            self.net.persist.check()
 
     def close(self) -> None:
         self.graph = None
