@@ -173,7 +173,11 @@ if triton is not None:
 
     @triton.jit
     def _rope_rows(QKV, cos, sin, rows, d, mask, D: tl.constexpr, NW, NWP, EPS, QK_NORM: tl.constexpr):
-        """attention._rope's rotation (Qwen3: each row RMS-normalised first), with the norm as a compile-time switch."""
+        """attention._rope's rotation (Qwen3: each row RMS-normalised first), with the norm as a compile-time switch.
+        This function and _tile, _merge and _mlp_task below repeat the math of attention.py's and mlp.py's kernels:
+        the persistent kernel was measured in this form (docs/lab/2026-12-03-persistent-step.md), and sharing the
+        code as helpers changed the instruction schedule of per-kernel variants whose figures of record stand on
+        their machine code (scripts/sass_same.py: the fused MLP's 16-warp variants, two merges)."""
         x = tl.load(QKV + rows[:, None] * D + d[None, :], mask=mask, other=0.0)
         partner = tl.load(QKV + rows[:, None] * D + ((d + D // 2) % D)[None, :], mask=mask, other=0.0)
         if QK_NORM:
@@ -328,8 +332,8 @@ if triton is not None:
                  CNT, ERR, TR, eps, qk_eps, scale, stride_l, stride_kh, limit,
                  L: tl.constexpr, H: tl.constexpr, HP: tl.constexpr, NH: tl.constexpr, KVH: tl.constexpr,
                  D: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, I: tl.constexpr,
-                 BQ: tl.constexpr, BO: tl.constexpr, BKQ: tl.constexpr, BKO: tl.constexpr, BJ: tl.constexpr, MT: tl.constexpr,
-                 CHUNK: tl.constexpr, NCH: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
+                 BQ: tl.constexpr, BO: tl.constexpr, BKQ: tl.constexpr, BKO: tl.constexpr, BJ: tl.constexpr,
+                 MT: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
                  HAS_BIAS: tl.constexpr, QK_NORM: tl.constexpr, DOT_F32: tl.constexpr, GPU: tl.constexpr,
                  PDL: tl.constexpr, WHOLE: tl.constexpr = 0, AP: tl.constexpr = 0, DROP: tl.constexpr = 0,
                  TRACE: tl.constexpr = 0):
@@ -529,14 +533,15 @@ class PersistStep:
         _persist[(progs,)](
             *self.base, self.off, self.anorm, self.fnorm, self.qb, self.qn, self.kn, net.xs, net.qkv, self.out,
             self.mo, self.lo, self.oo, net.k_cache, net.v_cache, net.cos, net.sin, net.pos, self.cnt, self.err,
-            self.err if self.trace is None else self.trace, net.eps, self.qk_eps, net.scale, net.k_cache.stride(0), net.k_cache.stride(1),
-            LIMIT_NS if gpu else LIMIT_POLLS,
+            self.err if self.trace is None else self.trace, net.eps, self.qk_eps, net.scale, net.k_cache.stride(0),
+            net.k_cache.stride(1), LIMIT_NS if gpu else LIMIT_POLLS,
             L=len(net.layers), H=net.hidden, HP=triton.next_power_of_2(net.hidden), NH=net.heads, KVH=net.kv_heads,
-            D=d, G=self.g, GP=self.gp, I=self.inter, BQ=c.bq, BO=c.bo, BKQ=tile_k(net.hidden, c.bk), BKO=tile_k(net.heads * d, c.bk), BJ=c.bj, MT=mt,
-            CHUNK=self.chunk, NCH=self.nchunk, BL=min(c.bl, self.chunk), CB=min(64, triton.next_power_of_2(self.nchunk)),
-            WHOLE=c.whole, AP=triton.next_power_of_2(net.heads * d),
-            HAS_BIAS=self.has_bias, QK_NORM=self.qk_norm, DOT_F32=not gpu, GPU=gpu, PDL=pdl, DROP=self.drop,
-            TRACE=int(self.trace is not None), num_warps=c.warps, **({"maxnreg": c.maxnreg()} if gpu else {}), **P.launch_kwargs(pdl))
+            D=d, G=self.g, GP=self.gp, I=self.inter, BQ=c.bq, BO=c.bo, BKQ=tile_k(net.hidden, c.bk),
+            BKO=tile_k(net.heads * d, c.bk), BJ=c.bj, MT=mt, CHUNK=self.chunk, NCH=self.nchunk,
+            BL=min(c.bl, self.chunk), CB=min(64, triton.next_power_of_2(self.nchunk)), WHOLE=c.whole,
+            AP=triton.next_power_of_2(net.heads * d), HAS_BIAS=self.has_bias, QK_NORM=self.qk_norm, DOT_F32=not gpu,
+            GPU=gpu, PDL=pdl, DROP=self.drop, TRACE=int(self.trace is not None), num_warps=c.warps,
+            **({"maxnreg": c.maxnreg()} if gpu else {}), **P.launch_kwargs(pdl))
 
     def check(self) -> None:
         """One line if any wait of the steps run so far timed out (a deadlock caught, not a hang)."""
