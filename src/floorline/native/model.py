@@ -64,6 +64,8 @@ class NativeModel:
         self._buffers(dev)
         # every layer in one persistent kernel (persist.py): on, or auto (the step tuner times it against off)
         self.persist = None
+        if options.persist == "on" and type(self) is not NativeModel:
+            raise UserError("native option persist=on: not with tensor parallelism; use persist=off or auto")
         if ops == "triton" and options.persist != "off" and type(self) is NativeModel:
             why = PS.unsupported(self)
             if why is None:
