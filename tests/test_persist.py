@@ -77,6 +77,19 @@ def test_persist_on_refuses_int4_in_one_line_and_auto_leaves_it_off():
     assert net.persist is None and not net.persist_on
 
 
+@interpreted
+def test_persist_on_refuses_a_tensor_parallel_shard_in_one_line():
+    """The tensor-parallel step (a NativeModel subclass with its own step) has no persistent form: `on` says so
+    instead of running the per-kernel step silently."""
+    class Shard(NativeModel):
+        pass
+
+    m = models.build_random(zoo.ZOO["tiny-llama"], torch.device("cpu"), "fp32", seed=0)
+    with pytest.raises(UserError, match="tensor parallelism"):
+        Shard(m, 64, ops="triton", options=ON)
+    assert Shard(m, 64, ops="triton", options=NativeOptions(persist="auto")).persist is None
+
+
 def test_the_persist_option_takes_off_on_auto_and_says_so_otherwise():
     assert NativeOptions.parse("persist=auto").persist == "auto"
     assert NativeOptions().persist == "off"

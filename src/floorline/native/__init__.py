@@ -8,6 +8,7 @@
   mlp.py         a dense layer's whole MLP in one Triton kernel
   attention.py   flash-decoding with RoPE and the KV write (Triton chunks or attn_cuda's, Triton merge)
   ends.py        the step's first and last kernels (embedding row; argmax, next token and position)
+  persist.py     every decoder layer in one persistent kernel (ticketed tasks, counters; NativeOptions persist)
   int4_format.py floorline's W4A16 format; int4_cuda.py its CUDA GEMV; attn_cuda.py the CUDA attention chunks
   nvrtc.py       CUDA C++ (the .cu files under cuda/) compiled at run time, cached, launched
   pdl.py         programmatic dependent launch
