@@ -14,7 +14,9 @@ task) that the producing tasks raise after their stores (bar.sync, then a releas
 acquire loads. A task waits only on tasks with smaller tickets, which running programs hold, so the kernel cannot
 deadlock whatever the number of resident programs, and under Triton's interpreter (which runs program 0 to the end
 first) program 0 takes every ticket in order. Programs that finish a stage early take the next stage's tasks and
-stream their weights while the stage drains: the weight stream does not stop at the boundaries.
+request their weights while the stage drains, as much as a program's registers hold: on the H200 that is too little
+to keep the stream going across the boundaries, and the kernel is slower than the per-kernel step there
+(docs/lab/2026-12-03-persistent-step.md), so the default is off and `auto` lets the step tuner choose.
 
 A wait never hangs: past `limit` (a deadline from the program's start: %globaltimer on a GPU, a count of polls under
 the interpreter) the task writes its ticket + 1 into the error word and goes on; the runtime reads the word after the
