@@ -41,11 +41,12 @@ def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("
     names = list(kernel.arg_names)
     if const.get("INT4"):  # int4: the words of 8 codes
         pointers = {**pointers, "W": "*i32"}
-    sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n in ("eps", "scale", "qk_eps") else "constexpr")
+    sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n in ("eps", "scale") else "constexpr")
            for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *divisible)}
     src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {})))
+    options = dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def cuobjdump_tool() -> Path:

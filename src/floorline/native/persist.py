@@ -44,6 +44,7 @@ except ImportError:  # floorline runs without Triton; only mode native and its k
 
 from floorline.core.errors import UserError
 from floorline.native import INTERPRET
+from floorline.native import attention as A_
 from floorline.native import pdl as P
 
 KINDS = 5  # counters a layer: q/k/v, attention chunks, merge, o, MLP
@@ -174,24 +175,8 @@ if triton is not None:
         return y
 
     @triton.jit
-    def _rope_rows(QKV, cos, sin, rows, d, mask, D: tl.constexpr, NW, NWP, EPS, QK_NORM: tl.constexpr):
-        """attention._rope's rotation (Qwen3: each row RMS-normalised first), with the norm as a compile-time switch.
-        This function and _tile, _merge and _mlp_task below repeat the math of attention.py's and mlp.py's kernels:
-        the persistent kernel was measured in this form (docs/lab/2026-12-03-persistent-step.md), and sharing the
-        code as helpers changed the instruction schedule of per-kernel variants whose figures of record stand on
-        their machine code (scripts/sass_same.py: the fused MLP's 16-warp variants, two merges)."""
-        x = tl.load(QKV + rows[:, None] * D + d[None, :], mask=mask, other=0.0)
-        partner = tl.load(QKV + rows[:, None] * D + ((d + D // 2) % D)[None, :], mask=mask, other=0.0)
-        if QK_NORM:
-            r = tl.rsqrt(tl.sum(x * x, 1) / D + EPS)[:, None]
-            x = x * r * NW[None, :]
-            partner = partner * r * NWP[None, :]
-        sign = tl.where(d < D // 2, -1.0, 1.0)
-        return x * cos[None, :] + sign[None, :] * partner * sin[None, :]
-
-    @triton.jit
     def _attend(QKV, COS, SIN, pos, KC, VC, MO, LO, OO, A, QN, KN, scale, stride_kh, kvh, c,
-                C, target, deadline, ERR, who, CLOCK, eps,
+                C, target, deadline, ERR, who, CLOCK, QK_EPS: tl.constexpr,
                 NH: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                 CHUNK: tl.constexpr, NCH: tl.constexpr, BL: tl.constexpr, QK_NORM: tl.constexpr,
                 DOT_F32: tl.constexpr, GPU: tl.constexpr, TR, TRACE: tl.constexpr):
@@ -208,7 +193,7 @@ if triton is not None:
         v0 = tl.load(VC + base, mask=old[:, None], other=0.0)
         cos = tl.load(COS + pos * D + d)
         sin = tl.load(SIN + pos * D + d)
-        qn, qnp, kn, knp = cos, cos, cos, cos
+        qn, qnp, kn, knp = None, None, None, None
         if QK_NORM:
             qn, qnp = tl.load(QN + d), tl.load(QN + (d + D // 2) % D)
             kn, knp = tl.load(KN + d), tl.load(KN + (d + D // 2) % D)
@@ -216,9 +201,9 @@ if triton is not None:
         if start <= pos:
             g = tl.arange(0, GP)
             one = tl.arange(0, 1)
-            q = _rope_rows(QKV, cos, sin, kvh * G + g, d, (g < G)[:, None], D, qn, qnp, eps, QK_NORM)
+            q = A_._rope(QKV, cos, sin, kvh * G + g, d, (g < G)[:, None], D, qn, qnp, QK_EPS)
             q = (q * scale).to(KC.dtype.element_ty)
-            k_new = _rope_rows(QKV, cos, sin, NH + kvh + one, d, one[:, None] >= 0, D, kn, knp, eps, QK_NORM)
+            k_new = A_._rope(QKV, cos, sin, NH + kvh + one, d, one[:, None] >= 0, D, kn, knp, QK_EPS)
             k_new = k_new.to(KC.dtype.element_ty)
             v_new = tl.load(QKV + (NH + KVH + kvh + one)[:, None] * D + d[None, :]).to(VC.dtype.element_ty)
             if pos < start + CHUNK:
@@ -231,7 +216,7 @@ if triton is not None:
             acc = tl.zeros([GP, D], dtype=tl.float32)
             k = tl.where((rl == pos)[:, None], k_new, k0)
             v = tl.where((rl == pos)[:, None], v_new, v0)
-            m, lsum, acc = _tile(q, k, v, rl <= pos, m, lsum, acc, DOT_F32)
+            m, lsum, acc = A_._attn_tile(q, k, v, rl <= pos, m, lsum, acc, DOT_F32)
             for off in range(BL, CHUNK, BL):
                 if start + off <= pos:
                     rl = start + off + tl.arange(0, BL)
@@ -239,7 +224,7 @@ if triton is not None:
                     base = kvh * stride_kh + rl[:, None] * D + d[None, :]
                     k = tl.where((rl == pos)[:, None], k_new, tl.load(KC + base, mask=old[:, None], other=0.0))
                     v = tl.where((rl == pos)[:, None], v_new, tl.load(VC + base, mask=old[:, None], other=0.0))
-                    m, lsum, acc = _tile(q, k, v, rl <= pos, m, lsum, acc, DOT_F32)
+                    m, lsum, acc = A_._attn_tile(q, k, v, rl <= pos, m, lsum, acc, DOT_F32)
             real = g < G
             if NCH == 1:
                 tl.store(A + (kvh * G + g)[:, None] * D + d[None, :], acc / lsum[:, None], mask=real[:, None])
@@ -250,23 +235,12 @@ if triton is not None:
                 tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
 
     @triton.jit
-    def _tile(q, k, v, live, m, lsum, acc, DOT_F32: tl.constexpr):
-        if DOT_F32:  # the interpreter multiplies bf16 operands of tl.dot as raw bits: give it fp32
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k))
-        s = tl.where(live[None, :], s, -1e30)
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.where(live[None, :], tl.exp(s - m_new[:, None]), 0.0)
-        alpha = tl.exp(m - m_new)
-        lsum = lsum * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        return m_new, lsum, acc
-
-    @triton.jit
     def _merge(MO, LO, OO, A, pos, h, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr,
                NCH: tl.constexpr, CB: tl.constexpr):
-        """attention._attn_merge for query head h, all its dims: its live chunks' partial sums combined into A."""
+        """attention._attn_merge for query head h, all its dims: its live chunks' partial sums combined into A. This
+        and _mlp_task repeat the loops of attention.py's merge kernel and mlp.py's fused MLP kernel: moved into shared
+        helpers, those kernels compiled to another instruction schedule (scripts/sass_same.py: the fused MLP's 16-warp
+        variants, two merges), and their figures of record stand on their machine code."""
         kvh = h // G
         nlive = pos // CHUNK + 1
         d = tl.arange(0, D)
@@ -331,12 +305,13 @@ if triton is not None:
 
     @triton.jit
     def _persist(WQKV, WO, WGU, WDT, OFF, ANORM, FNORM, QB, QN, KN, XS, QKV, A, MO, LO, OO, KC, VC, COS, SIN, POS,
-                 CNT, ERR, TR, eps, qk_eps, scale, stride_l, stride_kh, limit,
+                 CNT, ERR, TR, eps, scale, stride_l, stride_kh, limit,
                  L: tl.constexpr, H: tl.constexpr, HP: tl.constexpr, NH: tl.constexpr, KVH: tl.constexpr,
                  D: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, I: tl.constexpr,
                  BQ: tl.constexpr, BO: tl.constexpr, BKQ: tl.constexpr, BKO: tl.constexpr, BJ: tl.constexpr,
                  MT: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
-                 HAS_BIAS: tl.constexpr, QK_NORM: tl.constexpr, DOT_F32: tl.constexpr, GPU: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, QK_NORM: tl.constexpr, QK_EPS: tl.constexpr, DOT_F32: tl.constexpr,
+                 GPU: tl.constexpr,
                  PDL: tl.constexpr, WHOLE: tl.constexpr = 0, AP: tl.constexpr = 0, DROP: tl.constexpr = 0,
                  TRACE: tl.constexpr = 0):
         NQKV: tl.constexpr = (NH + 2 * KVH) * D
@@ -385,7 +360,7 @@ if triton is not None:
                 a = r - NQ
                 _attend(QKV, COS, SIN, pos, KC + lay * stride_l, VC + lay * stride_l, MO, LO, OO, A, QN + lay * D,
                         KN + lay * D, scale, stride_kh, a // NCH, a % NCH, cl, NQ, deadline, ERR, who, CLOCK,
-                        qk_eps, NH, KVH, G, GP, D, CHUNK, NCH, BL, QK_NORM, DOT_F32, GPU, TR, TRACE)
+                        QK_EPS, NH, KVH, G, GP, D, CHUNK, NCH, BL, QK_NORM, DOT_F32, GPU, TR, TRACE)
                 _signal(cl + 1)
             elif r < NQ + NA + NM:  # merges, after every chunk of the layer
                 _wait(cl + 1, NA, deadline, ERR, who, CLOCK, GPU, TR, TRACE)
@@ -437,6 +412,11 @@ def unsupported(net) -> str | None:
     return None
 
 
+def _matrices(lay: dict) -> tuple:
+    """A native layer's four matrices, in the kernel's order: q/k/v, o, gate_up, down transposed."""
+    return lay["qkv"]["w"], lay["o"]["w"], lay["gate_up"]["w"], lay["down_t"]
+
+
 def tile_k(k: int, want: int) -> int:
     """The GEMV tasks' tile width along K: the largest power of two up to `want` that divides k (at least 16)."""
     bk = want
@@ -458,11 +438,11 @@ class PersistStep:
         self.net, self.config = net, config
         lays = net.layers
         dev = lays[0]["qkv"]["w"].device
-        self.base = [lays[0][k]["w"] if k != "down_t" else lays[0]["down_t"] for k in ("qkv", "o", "gate_up", "down_t")]
+        self.base = _matrices(lays[0])
         offs = []
         for lay in lays:
             row = []
-            for b, t in zip(self.base, (lay["qkv"]["w"], lay["o"]["w"], lay["gate_up"]["w"], lay["down_t"])):
+            for b, t in zip(self.base, _matrices(lay)):
                 delta = t.data_ptr() - b.data_ptr()
                 if delta % (16 * t.element_size()) or t.dtype != b.dtype or not t.is_contiguous():
                     raise UserError("native option persist=on: the layers' matrices are not 16-element aligned "
@@ -535,14 +515,15 @@ class PersistStep:
         _persist[(progs,)](
             *self.base, self.off, self.anorm, self.fnorm, self.qb, self.qn, self.kn, net.xs, net.qkv, self.out,
             self.mo, self.lo, self.oo, net.k_cache, net.v_cache, net.cos, net.sin, net.pos, self.cnt, self.err,
-            self.err if self.trace is None else self.trace, net.eps, self.qk_eps, net.scale, net.k_cache.stride(0),
+            self.err if self.trace is None else self.trace, net.eps, net.scale, net.k_cache.stride(0),
             net.k_cache.stride(1), LIMIT_NS if gpu else LIMIT_POLLS,
             L=len(net.layers), H=net.hidden, HP=triton.next_power_of_2(net.hidden), NH=net.heads, KVH=net.kv_heads,
             D=d, G=self.g, GP=self.gp, I=self.inter, BQ=c.bq, BO=c.bo, BKQ=tile_k(net.hidden, c.bk),
             BKO=tile_k(net.heads * d, c.bk), BJ=c.bj, MT=mt, CHUNK=self.chunk, NCH=self.nchunk,
             BL=min(c.bl, self.chunk), CB=min(64, triton.next_power_of_2(self.nchunk)), WHOLE=c.whole,
-            AP=triton.next_power_of_2(net.heads * d), HAS_BIAS=self.has_bias, QK_NORM=self.qk_norm, DOT_F32=not gpu,
-            GPU=gpu, PDL=pdl, DROP=self.drop, TRACE=int(self.trace is not None), num_warps=c.warps,
+            AP=triton.next_power_of_2(net.heads * d), HAS_BIAS=self.has_bias, QK_NORM=self.qk_norm,
+            QK_EPS=self.qk_eps, DOT_F32=not gpu, GPU=gpu, PDL=pdl, DROP=self.drop, TRACE=int(self.trace is not None),
+            num_warps=c.warps,
             **({"maxnreg": c.maxnreg()} if gpu else {}), **P.launch_kwargs(pdl))
 
     def check(self) -> None:

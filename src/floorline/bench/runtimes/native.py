@@ -35,9 +35,6 @@ class Native(Runtime):
         comm = tpdist.current()  # a rank of a tensor-parallel run: its shard, all-reduces in the step
         self.net = native_model(model, max_cache_len, "triton", comm.backend if comm else "nccl", options)
         self.tok, self.pos = self.net.tok.view(1, 1), self.net.pos.view(1, 1)
-        # persist=auto: one more real token, the per-kernel step's own warm-up before the two are timed against each other
-        self.auto = self.net.persist is not None and options.persist == "auto" and options.step_tune
-        self.prepare_tokens = Native.prepare_tokens + int(self.auto)
 
     def describe(self) -> dict:
         """The options asked for, and what the step resolved them to and tuned (kept in the record)."""
@@ -57,30 +54,28 @@ class Native(Runtime):
 
     def prepare(self) -> None:
         """Capture the step (its warm-up steps compile and tune every kernel first); with step_tune, re-time the
-        tuned launch choices inside the whole step (int4 GEMV configs, Triton GEMV tiles, fused-MLP tiles), then
-        capture again."""
+        tuned launch choices inside the whole step (int4 GEMV configs, Triton GEMV tiles, fused-MLP tiles, the
+        persistent kernel's launches and, with persist=auto, whether to run it), then capture again."""
         from floorline.native import gemv, int4_cuda, mlp, persist
         from floorline.native.tuner import TUNER
 
         t0 = time.perf_counter()
         TUNER.step_tuning.clear()
         net = self.net
-        auto = self.auto
-        net.persist_on = net.persist is not None and (self.options.persist == "on" or auto)
-        self.graph = capture_graph(net.step, Native.prepare_tokens)
+        # persist=on starts from the persistent kernel; auto from the per-kernel step, whose own choices are tuned
+        # first, and then the persistent candidates are timed against it
+        net.persist_on = net.persist is not None and self.options.persist == "on"
+        self.graph = capture_graph(net.step, self.prepare_tokens)
         if self.options.step_tune:
             self.graph = None
             capture, state = (lambda: capture_graph(net.step, 0)), [net.tok, net.pos]
-            if auto:  # the per-kernel step first (its own choices tuned), then the persistent kernel against it
-                net.persist_on = False
-                capture_graph(net.step, 1)
             if TUNER.int4_ranked:
                 int4_cuda.retune_in_step(capture, state)
             gemv.retune_in_step(capture, state)
             if net.fused_mlp:
                 mlp.retune_in_step(capture, state)
             if net.persist is not None:
-                persist.retune_in_step(net, capture, state, with_off=auto)
+                persist.retune_in_step(net, capture, state, with_off=self.options.persist == "auto")
             self.graph = capture_graph(net.step, 0)
         self.check()
         self.prepare_s = time.perf_counter() - t0
