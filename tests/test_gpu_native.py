@@ -194,7 +194,9 @@ def test_native_runtime_replays_real_tokens(quant_name):
             want.append(int(ref.tok.item()))
     assert int(rt.pos.item()) == 100 + rt.prepare_tokens + 10 == int(ref.pos.item())
     assert rt.describe()["native_pdl_launch"] is (torch.cuda.get_device_capability()[0] >= 9)
-    assert rt.describe()["native_attn_chunk_used"] >= 64
+    # the attention's chunk re-timed in the step: the rule's 64 and its half and quarter
+    assert rt.describe()["native_attn_chunk_used"] in (16, 32, 64)
+    assert len(rt.describe()["native_attn_step_tuning"]) == len(A.chunk_candidates(64, 8))
     assert toks == want
     tiles = rt.describe()["native_triton_step_tuning"]  # the Triton GEMV's tiles re-timed in the step too
     assert tiles and all(len(t) > 1 for t in tiles.values()) and any("norm" in s for s in tiles), tiles
@@ -462,6 +464,35 @@ def test_cuda_attention_chunks_match_the_reference(heads, kv, warps, chunk):
     _same_cache(vc, vr, list(range(1000, 1020)))
 
 
+@pytest.mark.parametrize("heads, kv, qk_norm", [(32, 8, True), (14, 2, False)])
+@pytest.mark.parametrize("chunk, warps", A.chunk_candidates(64, 8))
+def test_triton_attention_chunks_the_step_tuner_tries_match_the_reference(heads, kv, qk_norm, chunk, warps):
+    """Every (chunk, warps) the step tuner tries on Triton's chunk kernel (buffers sized for the smallest, as the
+    step's scratch is), with Qwen3's q/k norm and without, against ref_rope_kv + ref_attention at positions 0, 1, on
+    and past tile and chunk edges, and at 2049."""
+    dev = torch.device("cuda")
+    d, length = 128, 2100
+    g = torch.Generator("cuda").manual_seed(1)
+    cos, sin = R.rope_tables(torch.rand(d // 2, device=dev, generator=g), length, 1.0, dev)
+    kc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    vc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    norm = ((torch.rand(d, device=dev, generator=g) + 0.5, torch.rand(d, device=dev, generator=g) + 0.5, 1e-6)
+            if qk_norm else None)
+    sc = A.AttnScratch(heads, kv, d, length, dev, chunk=A.CHUNK_LEAST, kernel="triton", qk_norm=qk_norm)
+    sc.use((chunk, warps))
+    for p in [0, 1, 15, 16, 17, 31, 32, 63, 64, 65, 127, 128, 300, 2049]:
+        qkv = torch.randn((heads + 2 * kv) * d, device=dev, generator=g) * 2
+        pos = torch.tensor([p], device=dev, dtype=torch.int32)
+        kr, vr = kc0.clone(), vc0.clone()
+        want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, pos, kr, vr, heads, kv, d, norm), kr, vr, pos, d ** -0.5)
+        kc, vc = kc0.clone(), vc0.clone()
+        got = A.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, sc, qk_norm=norm)
+        err = ((got - want).norm() / want.norm()).item()
+        assert err < 1e-2, (p, err)
+        _same_cache(kc, kr, p)
+        _same_cache(vc, vr, p)
+
+
 def _same_cache(got, want, p):
     """Equal everywhere but at the written position(s) p, where the kernel's rotation (fused multiply-adds) may round
     the new k to the next bf16 value from torch's (the fp32 results differ in their last bits)."""
@@ -494,9 +525,10 @@ def _sass_of(compile_for) -> str:
     return gemv_sass.cuobjdump(compile_for(f"sm_{major}{minor}"))
 
 
-@pytest.mark.parametrize("hidden, inter", [(3584, 18944), (4096, 14336)])
+@pytest.mark.parametrize("hidden, inter", [(3584, 18944), (4096, 14336), (2048, 8192), (896, 4864)])
 def test_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
-    """mlp.tri_mlp (the fused MLP) at qwen2.5-7b's and llama-3.1-8b's shapes, every candidate the step re-times,
+    """mlp.tri_mlp (the fused MLP) at qwen2.5-7b's, llama-3.1-8b's, llama-3.2-1b's and qwen2.5-0.5b's shapes, every
+    candidate the step re-times (the small hidden sizes' too),
     against the fp32 torch reference: the output buffer gets x + the MLP, the third buffer is zeroed, x is kept."""
     from floorline.native import mlp as M
 
@@ -506,7 +538,7 @@ def test_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
     norm_w = torch.rand(hidden, device="cuda", generator=g) + 0.5
     x = torch.randn(hidden, device="cuda", generator=g)
     want = M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)
-    for c in M.CANDIDATES:
+    for c in M.fitting(inter, hidden):
         out, zero = torch.zeros(hidden, device="cuda"), torch.ones(hidden, device="cuda")
         x0 = x.clone()
         M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=c)
@@ -526,6 +558,17 @@ def test_floorline_check_passes_on_a_tiny_models_shapes():
     assert all(r["ok"] for r in rows), [(r["kernel"], r["fmt"], r["rel_err"]) for r in rows if not r["ok"]]
 
 
+def _six_steps(net, prompt):
+    """The prompt prefilled, then 6 decode steps: their tokens and (copies of) their logits."""
+    net.prefill(prompt, 512)
+    toks, logits = [], []
+    for _ in range(6):
+        net.step()
+        toks.append(int(net.tok))
+        logits.append(net.logits.clone())
+    return toks, logits
+
+
 @pytest.mark.parametrize("name, ctx", [("llama-3.2-1b", 120), ("qwen2.5-0.5b", 120), ("qwen3-0.6b", 1000)])
 def test_persistent_layers_match_the_kernel_step_for_every_candidate(name, ctx):
     """The persistent layer kernel (persist.py) against the per-kernel step on the same bf16 weights and state, each
@@ -542,13 +585,7 @@ def test_persistent_layers_match_the_kernel_step_for_every_candidate(name, ctx):
 
     def run(on: bool):
         net.persist_on = on
-        net.prefill(prompt, 512)
-        toks, logits = [], []
-        for _ in range(6):
-            net.step()
-            toks.append(int(net.tok))
-            logits.append(net.logits.clone())
-        return toks, logits
+        return _six_steps(net, prompt)
 
     with torch.inference_mode():
         want, wl = run(False)
@@ -561,6 +598,36 @@ def test_persistent_layers_match_the_kernel_step_for_every_candidate(name, ctx):
             print(f"{name} ctx {ctx} persist {c.name()} vs the kernel step: tokens {got == want}, "
                   f"relative logit error {err:.2e}, chunks {net.persist.nchunk}")
             assert got == want and err < 1e-2, (c, got, want, err)
+
+
+@pytest.mark.parametrize("name, ctx", [("llama-3.2-1b", 120), ("qwen2.5-0.5b", 120), ("qwen3-0.6b", 2000)])
+def test_the_merge_inside_o_matches_the_kernel_step_for_every_candidate(name, ctx):
+    """The step with each layer's attention merge folded into its o GEMV (o_merge.py), every launch candidate and
+    the attention chunks the step tuner tries, against the step with the merge kernel then o, on the same bf16
+    weights and state: 6 steps from the same prompt, the same tokens and logits within fp32 summation order."""
+    from floorline.native import o_merge as OM
+    from floorline.native.model import NativeModel
+
+    a = zoo.ZOO[name]
+    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
+    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    net = NativeModel(m, ctx + 16, ops="triton")
+    assert net.o_merge_ok
+
+    def run(config):
+        net.o_merge = config
+        return _six_steps(net, prompt)
+
+    with torch.inference_mode():
+        for chunk in net.attn.cands or [(net.attn.chunk, net.attn.warps)]:
+            net.attn.use(chunk)
+            want, wl = run(None)
+            for c in OM.CANDIDATES:
+                got, gl = run(c)
+                err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+                print(f"{name} ctx {ctx} chunk {chunk} o_merge {OM.name(c)} vs the merge kernel then o: tokens "
+                      f"{got == want}, relative logit error {err:.2e}")
+                assert got == want and err < 1e-2, (chunk, c, got, want, err)
 
 
 def test_a_persistent_wait_that_cannot_be_met_times_out_in_one_line():

@@ -85,6 +85,10 @@ def test_fused_mlp_refuses_bad_operands():
     with pytest.raises(ValueError, match="followed by n more floats"):  # the embedding's zero_next needs row 1
         E.tri_embed(torch.zeros(8, 16), torch.zeros(1, dtype=torch.long), torch.zeros(16), zero_next=True)
     assert M.fitting(18944)[0] == M.CANDIDATES[0] and M.fitting(7) == [(1, 16, 1)]
+    # small hidden sizes add the candidates that keep more bytes in flight; 7-8B shapes keep the five
+    assert M.fitting(18944, 3584) == M.CANDIDATES and M.fitting(12288, 4096) == M.CANDIDATES
+    assert M.fitting(8192, 2048) == M.CANDIDATES + M.SMALL[2048]
+    assert M.fitting(4864, 896) == M.CANDIDATES + M.SMALL[2048] + M.SMALL[1024]
 
 
 @interpreted
@@ -99,7 +103,7 @@ def test_the_step_retune_times_only_the_shapes_this_step_launches(monkeypatch):
     gate_up, down_t = _rand(24, 32, dtype=torch.bfloat16), _rand(12, 32, dtype=torch.bfloat16)
     bufs = torch.zeros(3, 32)
     M.retune_in_step(lambda: M.tri_mlp(gate_up, down_t, bufs[0], bufs[1], bufs[2], torch.ones(32), 1e-6), [])
-    assert tuned == [M.fitting(12)] and list(TUNER.step_tuning["mlp"]) == ["12x32 mlp"]
+    assert tuned == [M.fitting(12, 32)] and list(TUNER.step_tuning["mlp"]) == ["12x32 mlp"]
 
 
 def test_the_native_step_fuses_dense_mlps_by_default():

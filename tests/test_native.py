@@ -187,6 +187,20 @@ def test_qk_norm_in_the_attention_kernel_matches_its_reference(pos):
         A.attn_backend("cuda", heads, kv, d, torch.bfloat16, length, "cuda", qk_norm=True)
 
 
+def _attention_case(heads, kv, d, length, pos):
+    """Random q/k/v, RoPE tables and bf16 caches (empty from `pos` on), the position, the reference's attention
+    output and the cache of k the reference wrote."""
+    qkv = _rand((heads + 2 * kv) * d)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    cos, sin = R.rope_tables(inv, length, 1.0, "cpu")
+    kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
+    kc[:, pos:], vc[:, pos:] = 0, 0
+    kr, vr = kc.clone(), vc.clone()
+    p = torch.tensor([pos], dtype=torch.int32)
+    want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
+    return qkv, cos, sin, kc, vc, p, want, kr
+
+
 @interpreted
 @pytest.mark.parametrize("merge", [(1, 4), (2, 1)])
 @pytest.mark.parametrize("chunk, tile, length, pos", [(128, 32, 300, 200), (256, 64, 600, 517), (16, 16, 1120, 1105),
@@ -196,14 +210,7 @@ def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk
     more than 64 chunks (the merge's loop over several blocks of chunks), at positions that end mid-tile; the merge
     as one program a head and as two a head (each half the dims)."""
     heads, kv, d = 4, 2, 32
-    qkv = _rand((heads + 2 * kv) * d)
-    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
-    cos, sin = R.rope_tables(inv, length, 1.0, "cpu")
-    kc, vc = _rand(kv, length, d, dtype=torch.bfloat16), _rand(kv, length, d, dtype=torch.bfloat16)
-    kc[:, pos:], vc[:, pos:] = 0, 0
-    kr, vr = kc.clone(), vc.clone()
-    p = torch.tensor([pos], dtype=torch.int32)
-    want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d), kr, vr, p, d ** -0.5)
+    qkv, cos, sin, kc, vc, p, want, kr = _attention_case(heads, kv, d, length, pos)
     scratch = A.AttnScratch(heads, kv, d, length, "cpu", chunk=chunk, tile=tile, merge=merge)
     assert scratch.tile == tile and (pos + 1) % tile != 0  # the last live tile is cut mid-way
     if chunk == 16:
@@ -211,6 +218,33 @@ def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk
     got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
     assert _rel(got, want) < 2e-2
     assert torch.equal(kc[:, :pos], kr[:, :pos]) and kc[:, pos].abs().sum() > 0
+
+
+@interpreted
+@pytest.mark.parametrize("first, then", [(16, (64, 8)), (16, (32, 4)), (64, (64, 8))])
+def test_a_step_tuner_chunk_runs_on_buffers_sized_for_the_smallest(first, then):
+    """The step tuner switches the chunk (AttnScratch.use) on partials' buffers sized for its smallest candidate: the
+    kernels index them by the buffers' own stride, not the chunk's count, and agree with the reference."""
+    heads, kv, d, length, pos = 4, 2, 32, 300, 201
+    qkv, cos, sin, kc, vc, p, want, _ = _attention_case(heads, kv, d, length, pos)
+    scratch = A.AttnScratch(heads, kv, d, length, "cpu", chunk=first)
+    scratch.use(then)
+    assert scratch.m.shape[1] == -(-length // first) and scratch.nchunk == -(-length // then[0])
+    assert scratch.tile == min(A.ATTN_BL, then[0]) and scratch.warps == then[1]
+    got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
+    assert _rel(got, want) < 2e-2
+
+
+def test_the_step_tuner_tries_smaller_attention_chunks_only_where_the_chunk_is_not_fixed():
+    """The rule's chunk first, then its half and quarter (8 and 4 warps), never below one tile of 16 positions; no
+    candidates for a fixed chunk or the CPU (nothing to time there)."""
+    assert A.chunk_candidates(64, 8) == [(64, 8), (32, 8), (32, 4), (16, 8), (16, 4)]
+    assert A.chunk_candidates(32, 8) == [(32, 8), (16, 8), (16, 4)]
+    assert A.chunk_candidates(16, 8) == [(16, 8)]
+    assert A.AttnScratch(4, 2, 32, 4096, "cpu").cands == []
+    tuned = []
+    A.retune_in_step(A.AttnScratch(4, 2, 32, 4096, "cpu"), lambda: tuned.append(1), [], warm=lambda: tuned.append(2))
+    assert tuned == []  # fewer than two candidates: nothing compiled, nothing timed
 
 
 
@@ -406,6 +440,9 @@ def test_the_attention_chunk_option_fixes_it_for_either_kernel():
     from floorline.native import attn_cuda
 
     assert A.AttnScratch(4, 2, 32, 4096, "cpu", chunk=128).chunk == 128
+    assert A.AttnScratch(4, 2, 32, 4096, "cpu", chunk=16).chunk == 16
+    with pytest.raises(UserError, match="at least 64 positions"):  # the CUDA kernel's warps take tiles of 16
+        A.attn_backend("cpu", 4, 2, 128, torch.bfloat16, 4096, "cuda", chunk=32)
     assert A.AttnScratch(4, 2, 32, 4096, "cpu").chunk == A.ATTN_CHUNK  # the interpreter's
     assert attn_cuda.config(2048, 4, 132, 256) == (8, 256)
     assert attn_cuda.config(2048, 4, 132, 64) == (4, 64)

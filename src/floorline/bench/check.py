@@ -127,7 +127,7 @@ def mlp_row(a, dev, timed: bool) -> Row:
     mlp.tri_mlp(gu, dt, x, out, zero, nw, 1e-6)
     err = _rel(out, mlp.ref_mlp(gu, dt, x, nw, 1e-6))
     ok = err <= GEMV_TOLERANCE and not zero.any()
-    choice = _tuner().mlp_choice.get((h, i)) or mlp.fitting(i)[0]
+    choice = _tuner().mlp_choice.get((h, i)) or mlp.fitting(i, h)[0]
     row = Row("mlp (norm, silu*up, down, +res)", "bf16", f"3x{i}x{h}", "bj{} w{} x{}".format(*choice),
               3 * i * h * 2, err, ok)
     if timed and ok:
@@ -165,7 +165,25 @@ def attention_rows(a, dev, ctx: int, timed: bool) -> list[Row]:
             row.us = _chain_us([lambda c=c: A.tri_attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc)
                                 for c in caches])
         rows.append(row)
+        if kernel == "triton":  # the same chunks' partials, merged inside the o GEMV (o_merge.py; untimed)
+            rows.append(_o_merge_row(a, dev, (qkv, cos, sin, pos, caches[0], h, d, sc), want))
     return rows
+
+
+def _o_merge_row(a, dev, attn: tuple, want) -> Row:
+    """x += W_o a with the merge inside the o GEMV against x + W_o (the reference attention's output)."""
+    from floorline.native import attention as A
+    from floorline.native import o_merge
+
+    qkv, cos, sin, pos, (kc, vc), h, d, sc = attn
+    w = (torch.randn(a.hidden, h * d, device=dev) * 0.02).bfloat16()
+    x = torch.randn(a.hidden, device=dev)
+    y = x.clone()
+    A.tri_attention(qkv, cos, sin, pos, kc, vc, h, d ** -0.5, sc, merge=False)
+    o_merge.tri_o_merge(w, sc, pos, y, o_merge.CANDIDATES[0])
+    err = _rel(y - x, w.float() @ want)
+    return Row("o with the merge inside (+res)", "bf16", f"{a.hidden}x{h * d}", o_merge.name(o_merge.CANDIDATES[0]),
+               a.hidden * h * d * 2, err, err <= ATTN_TOLERANCE)
 
 
 def ends_rows(a, dev) -> list[Row]:

@@ -170,18 +170,24 @@ def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
 # llama-3.1-8b ctx 16384 4.616 / 4.548; with the CUDA kernel's loads of whole sectors, qwen2.5-7b ctx 8192 3.860 /
 # 3.824, ctx 2048 3.715 / 3.722; llama-3.1-8b ctx 2048 4.072 / 4.059 (ties at 2048; docs/lab/2026-12-02-attention.md)
 ATTN_CUDA_FROM = 8192
+CUDA_CHUNK_MIN = 64  # attn_cuda's warps each take tiles of 16 positions: a smaller chunk leaves its warps idle
 
 
 def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int, want: str = "auto",
-                 qk_norm: bool = False) -> str:
+                 qk_norm: bool = False, chunk: int = 0) -> str:
     """Which kernel computes the attention's chunks of a `length`-position cache: "cuda" (attn_cuda, where the GPU and
     shapes allow it) or "triton". want (NativeOptions.attn_kernel): auto (cuda from ATTN_CUDA_FROM positions, where it
-    measured faster), cuda or triton. The merge is Triton's either way. A q/k norm (Qwen3) runs in Triton's only."""
+    measured faster), cuda or triton. The merge is Triton's either way. A q/k norm (Qwen3), or a fixed chunk below
+    CUDA_CHUNK_MIN positions, runs in Triton's only."""
     if want not in ("auto", "cuda", "triton"):
         raise UserError(f"attn_kernel={want!r}: use auto, cuda or triton (the attention's chunk kernel)")
     if want == "cuda" and qk_norm:
         raise UserError("attn_kernel=cuda has no q/k norm (Qwen3); use attn_kernel=triton or auto")
-    if want == "triton" or qk_norm or INTERPRET or torch.device(device).type != "cuda":
+    small = 0 < chunk < CUDA_CHUNK_MIN
+    if want == "cuda" and small:
+        raise UserError(f"attn_kernel=cuda takes chunks of at least {CUDA_CHUNK_MIN} positions, not {chunk}; use "
+                        f"attn_kernel=triton or auto")
+    if want == "triton" or qk_norm or small or INTERPRET or torch.device(device).type != "cuda":
         return "triton"
     if want == "auto" and length < ATTN_CUDA_FROM:
         return "triton"
@@ -193,6 +199,41 @@ def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length
     if want == "cuda":
         raise UserError(f"attn_kernel=cuda: {why}; use attn_kernel=triton or auto")
     return "triton"
+
+
+CHUNK_LEAST = 16  # the smallest chunk the step tuner tries: one tensor-core tile of positions
+
+
+def chunk_candidates(chunk: int, warps: int) -> list[tuple[int, int]]:
+    """(chunk, warps) of the Triton chunk kernel that the step tuner times (retune_in_step): the rule's (first), then
+    halves and quarters of its chunk, with 8 and 4 warps. Short caches leave the rule's chunk programs too few to
+    fill the GPU (llama-3.2-1b ctx 128: 8 kv heads x 3 chunks of 64), and each program walks its tiles one after
+    another after its wait; smaller chunks are more programs of fewer tiles, for a longer merge."""
+    out = [(chunk, warps)]
+    for c in (chunk // 2, chunk // 4):
+        if c >= CHUNK_LEAST:
+            out += [(c, w) for w in (8, 4) if (c, w) not in out]
+    return out
+
+
+def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int = 30) -> None:
+    """The Triton attention's (chunk, warps) chosen in the whole decode step: each of scratch.cands compiled by
+    `warm()` (one attention launch outside any graph capture: over the current position, which a step rewrites
+    before it reads it), then timed (timing.fastest_in_step), the fastest kept in `scratch`. Nothing to time for the
+    CUDA chunks, a fixed chunk (NativeOptions.attn_chunk) or the interpreter."""
+    from floorline.device import timing
+    from floorline.native.tuner import TUNER
+
+    if len(scratch.cands) < 2:
+        return
+    first = (scratch.chunk, scratch.warps)
+    for c in scratch.cands:
+        scratch.use(c)
+        warm()
+    scratch.use(first)
+    torch.cuda.synchronize()
+    times = timing.fastest_in_step(scratch.cands, scratch.use, capture, state, reps)
+    TUNER.step_tuning["attn"] = {f"chunk {c} w{w}": round(t, 4) for (c, w), t in times.items()}
 
 
 # (programs a query head, warps a program) of the merge: each program a quarter of the head's dims, one warp, small
@@ -227,7 +268,9 @@ class AttnScratch:
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
         self.pdl = P.mode("auto", device) if pdl is None else pdl
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel, qk_norm)
+        self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel, qk_norm, chunk)
+        self.length, self.fixed_tile = length, tile
+        self.cands = []  # (chunk, warps) the step tuner times (retune_in_step); empty: nothing to choose
         if self.backend == "cuda":
             from floorline.native import attn_cuda
 
@@ -236,15 +279,24 @@ class AttnScratch:
         else:
             self.chunk = chunk or (ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms))
             self.warps = warps or 8  # measured on the H200 (a sweep of the kernel: 7.1 us against 8.0 with 4)
+            if not (chunk or warps or INTERPRET or device.type != "cuda"):
+                self.cands = chunk_candidates(self.chunk, self.warps)
         self.merge = merge_launch(head_dim, merge)
-        self.tile = min(tile or ATTN_BL, self.chunk)
         self.stages = stages or ATTN_STAGES
-        self.nchunk = -(-length // self.chunk)
-        shape = (kv_heads, self.nchunk, self.gp)
+        self.use((self.chunk, self.warps))
+        # the partials' buffers hold the most chunks any candidate has (their stride, NCHUNK, is theirs)
+        least = min([self.chunk] + [c for c, _ in self.cands])
+        shape = (kv_heads, -(-length // least), self.gp)
         self.m = torch.empty(shape, device=device, dtype=torch.float32)
         self.l = torch.empty(shape, device=device, dtype=torch.float32)
         self.o = torch.empty(*shape, head_dim, device=device, dtype=torch.float32)
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
+
+    def use(self, choice: tuple[int, int]) -> None:
+        """Run with (chunk, warps): positions a chunk program covers and its warps (a step-tuner candidate)."""
+        self.chunk, self.warps = choice
+        self.tile = min(self.fixed_tile or ATTN_BL, self.chunk)
+        self.nchunk = -(-self.length // self.chunk)  # the chunk programs a kv head launches
 
     def name(self) -> str:
         merge = "" if self.merge == (1, 4) else f", merge {self.merge[0]} x w{self.merge[1]}"
@@ -254,11 +306,14 @@ class AttnScratch:
 
 
 def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False,
-                  qk_norm: tuple | None = None):
+                  qk_norm: tuple | None = None, merge: bool = True):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
     positions 0..pos: the GPU twin of refs.ref_rope_kv then refs.ref_attention. Two launches: the chunks (Triton's
     _attn_chunk or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv
-    (fp32) once it is read. qk_norm (q weights, k weights, eps): each q and k head RMS-normalised before RoPE."""
+    (fp32) once it is read. qk_norm (q weights, k weights, eps): each q and k head RMS-normalised before RoPE.
+    merge False: the chunks only, their partials left in `scratch` for o_merge.tri_o_merge (returns None)."""
+    if zero_qkv and not merge:
+        raise ValueError("tri_attention: zero_qkv is the merge's work; keep merge=True with it")
     kv_heads, _, d = k_cache.shape
     pdl = 0 if INTERPRET else scratch.pdl
     norm = dict(QN=qk_norm[0], KN=qk_norm[1], QK_EPS=float(qk_norm[2])) if qk_norm is not None else {}
@@ -271,13 +326,15 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                          scratch.warps, scratch.chunk, pdl)
     else:
         _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
-                                                scratch.o, scale, k_cache.stride(0), scratch.nchunk, H=heads,
+                                                scratch.o, scale, k_cache.stride(0), scratch.m.shape[1], H=heads,
                                                 KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
                                                 BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
                                                 num_warps=scratch.warps, **norm, **P.launch_kwargs(pdl))
+    if not merge:
+        return None
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
     split, mwarps = scratch.merge
-    _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.nchunk, qkv, qkv.numel(),
+    _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.m.shape[1], qkv, qkv.numel(),
                                 G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
                                 CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, DB=d // split,
                                 num_warps=mwarps, **P.launch_kwargs(pdl))

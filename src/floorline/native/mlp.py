@@ -46,6 +46,14 @@ except ImportError:
 # ~10 ms a step in every re-timing), (2, 32, 1) and (1, 16, 1) (no spills, but 10.7-11.8 and 4.7-5.3 ms a step). On
 # the H200 the step takes (4, 16, 1) for qwen2.5-7b and (2, 16, 1) for llama-3.1-8b (docs/lab/2026-12-02-fused-mlp.md).
 CANDIDATES = [(4, 16, 1), (2, 16, 1), (2, 8, 1), (4, 8, 1), (2, 4, 2)]
+# Small hidden sizes (HP, the padded hidden, at most the key): a tile of those rows holds fewer bytes, so the five
+# above keep only 24-48 KB of weights in flight an SM (llama-3.2-1b's MLP reached 83% of the bandwidth, qwen3-8b's
+# 98%). These keep 72-96 KB in flight with more rows a tile or more programs an SM, each program of at most 8 warps
+# (16-warp programs lost in every small model's step). The first H200 probe (docs/lab/2026-12-03-small-tiles.md)
+# took (4, 4, 2) for llama-3.2-1b, qwen2.5-1.5b and qwen2.5-0.5b: steps 1.4-5.7% faster than with the best of the
+# five above. Offline SASS (sm_90), registers and no spills: HP 2048 (4, 4, 2) 217, (8, 8, 1) 231, (2, 2, 4) 247;
+# HP 1024 (8, 4, 2) 224, (4, 2, 4) 214, (4, 4, 3) 124; every program of a launch fits the SMs' registers at once.
+SMALL = {2048: [(4, 4, 2), (8, 8, 1), (2, 2, 4)], 1024: [(8, 4, 2), (4, 2, 4), (4, 4, 3)]}
 
 
 def ref_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, norm_w: torch.Tensor, eps: float):
@@ -102,9 +110,12 @@ if triton is not None:
         tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
 
 
-def fitting(inter: int) -> list:
-    """The candidates whose tile divides the intermediate size (one-row tiles if none does)."""
-    return [c for c in CANDIDATES if inter % c[0] == 0] or [(1, 16, 1)]
+def fitting(inter: int, hidden: int = 0) -> list:
+    """The candidates whose tile divides the intermediate size (one-row tiles if none does), with SMALL's for a
+    hidden size that pads to at most their key."""
+    hp = triton.next_power_of_2(hidden) if hidden and triton is not None else 1 << 30
+    cands = CANDIDATES + [c for top, cs in sorted(SMALL.items(), reverse=True) if hp <= top for c in cs]
+    return [c for c in cands if inter % c[0] == 0] or [(1, 16, 1)]
 
 
 def _sms(dev) -> int:
@@ -128,12 +139,12 @@ def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: t
     if 2 * inter * h >= 2**31:  # the kernel's int32 offsets
         raise ValueError(f"tri_mlp: gate_up of {2 * inter} x {h} is past the kernel's int32 offsets")
     key = (h, inter)
-    bj, warps, per_sm = config or TUNER.mlp_choice.get(key) or fitting(inter)[0]
+    bj, warps, per_sm = config or TUNER.mlp_choice.get(key) or fitting(inter, h)[0]
     pdl = (P.mode("auto", x.device) if pdl is None else pdl) if not INTERPRET else 0
     args = (gate_up, down_t, x, norm_w, out, zero, h, inter, eps)
     warm = (h, inter, gate_up.dtype, pdl)
     if warm not in TUNER.mlp_warm and not INTERPRET and not torch.cuda.is_current_stream_capturing():
-        for c in fitting(inter):  # compiled now, not while the step tuner captures a graph
+        for c in fitting(inter, h):  # compiled now, not while the step tuner captures a graph
             _mlp.warmup(*args, BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, num_warps=c[1], grid=(1,),
                         **P.launch_kwargs(pdl))
         TUNER.mlp_warm.add(warm)
@@ -153,5 +164,5 @@ def retune_in_step(capture, state: list, reps: int = 30) -> None:
         if kind != "mlp":
             continue
         use = lambda c, key=key: TUNER.mlp_choice.__setitem__(key, c)  # noqa: E731
-        times = timing.fastest_in_step(fitting(key[1]), use, capture, state, reps)
+        times = timing.fastest_in_step(fitting(key[1], key[0]), use, capture, state, reps)
         trials[f"{key[1]}x{key[0]} mlp"] = {f"bj{c[0]} w{c[1]} x{c[2]}": round(t, 4) for c, t in times.items()}

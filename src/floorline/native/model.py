@@ -26,6 +26,7 @@ from floorline.native import attention as A
 from floorline.native import ends as E
 from floorline.native import gemv as G
 from floorline.native import mlp as M
+from floorline.native import o_merge as OM
 from floorline.native import pdl as P
 from floorline.native import persist as PS
 from floorline.native import refs as R
@@ -73,6 +74,11 @@ class NativeModel:
             elif options.persist == "on":
                 raise UserError(f"native option persist=on: not for {why}; use persist=off or auto")
         self.persist_on = self.persist is not None  # auto: the tuner may turn it off
+        # the merge folded into a bf16 o GEMV (o_merge.py): a launch config, or None (the merge kernel, then o); the
+        # step tuner chooses where o_merge_ok
+        self.o_merge = None
+        self.o_merge_ok = (ops == "triton" and type(self) is NativeModel and "scales" not in self.layers[0]["o"]
+                           and not self.qkv_acc)
 
     # -------------------------------------------------------------------------------------------- weights
     def _layer(self, layer) -> dict:
@@ -119,12 +125,13 @@ class NativeModel:
         out.copy_(R.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
-    def _attention(self, i: int):
-        """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos."""
+    def _attention(self, i: int, merge: bool = True):
+        """RoPE at the position, this token's k and v into layer i's cache, attention over positions 0..pos (merge
+        False, Triton: the chunks' partials only, left in self.attn for o_merge)."""
         kc, vc, norm = self.k_cache[i], self.v_cache[i], self.layers[i]["qk_norm"]
         if self.ops == "triton":
             return A.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
-                                   zero_qkv=self.qkv_acc, qk_norm=norm)
+                                   zero_qkv=self.qkv_acc, qk_norm=norm, merge=merge)
         q = R.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim,
                           norm)
         out = R.ref_attention(q, kc, vc, self.pos, self.scale)
@@ -162,8 +169,12 @@ class NativeModel:
         for i, lay in enumerate(self.layers):
             x = xs[i % len(xs)]
             self._qkv(lay, x)
-            a = self._attention(i)
-            self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
+            if self.o_merge is not None:  # x += o(merge of the chunks), the merge inside the o GEMV
+                self._attention(i, merge=False)
+                OM.tri_o_merge(lay["o"]["w"], self.attn, self.pos, x, self.o_merge, pdl=self.pdl)
+            else:
+                a = self._attention(i)
+                self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
             if self.fused_mlp:  # into the next buffer (zeroed), the one after it zeroed for the next layer
                 self._mlp(lay, x, xs[(i + 1) % 3], xs[(i + 2) % 3])
                 continue

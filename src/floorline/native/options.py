@@ -6,7 +6,8 @@
               3.610, llama-3.1-8b 3.789 against 3.891.
   attn_kernel auto: the CUDA chunk kernel (attn_cuda.py) from ATTN_CUDA_FROM cache positions where it builds, Triton's
               below | triton | cuda
-  attn_chunk  cache positions an attention program covers: 0 (the default) sizes it to fill the GPU; 64..1024 fixes it
+  attn_chunk  cache positions an attention program covers: 0 (the default) sizes it to fill the GPU, and the step
+              tuner also tries its half and quarter; 16..1024 fixes it (the CUDA kernel: 64..1024)
   pdl         auto: programmatic dependent launch where the GPU has it (Hopper and newer) | off (plain stream order)
   persist     off: one launch a kernel | on: every decoder layer in one persistent kernel (persist.py) | auto: both
               timed in the whole step by the step tuner, the faster kept (persist=auto with step_tune=off: off)
@@ -24,7 +25,7 @@ from floorline.core.errors import UserError
 
 MLPS = ("fused", "gemv")
 ATTN_KERNELS = ("auto", "triton", "cuda")
-ATTN_CHUNKS = (0, 64, 128, 256, 512, 1024)
+ATTN_CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024)
 PDLS = ("auto", "off")
 PERSISTS = ("off", "on", "auto")
 

@@ -5,11 +5,11 @@ Two timers choose, in turn:
   1. one launch at a time (cold_bench): each candidate after a write that evicts the L2 cache, inside a CUDA graph (no
      launch overhead), as a decode step sees a matrix: its weights come from memory. Triton's default (one eager
      launch on warm weights) ranks small matrices by launch cost and L2 hits. This picks a first choice per shape.
-  2. inside the whole step (retune_in_step of gemv.py, mlp.py and int4_cuda.py, through timing.fastest_in_step):
-     each shape's candidates timed in a graph of one decode step, the token and position restored between replays,
-     the fastest kept. A kernel's neighbours in the step are other kernels, whose tails and ramps it overlaps under
-     programmatic dependent launch; neither timer of a kernel alone predicts that. NativeOptions.step_tune turns it
-     off.
+  2. inside the whole step (retune_in_step of gemv.py, mlp.py, attention.py, o_merge.py and int4_cuda.py, through
+     timing.fastest_in_step): each shape's candidates timed in a graph of one decode step, the token and position
+     restored between replays, the fastest kept. A kernel's neighbours in the step are other kernels, whose tails and
+     ramps it overlaps under programmatic dependent launch; neither timer of a kernel alone predicts that.
+     NativeOptions.step_tune turns it off.
 
 Each kernel module keeps its own candidates and its own retune; this module holds their state and the shared timer,
 so that a record can say what was chosen (record()) and a new model's step starts from its own shapes (clear_used).
@@ -57,7 +57,9 @@ class Tuner:
         return {"native_int4_step_tuning": self.step_tuning.get("int4") or None,
                 "native_triton_step_tuning": self.step_tuning.get("gemv") or None,
                 "native_mlp_step_tuning": self.step_tuning.get("mlp") or None,
-                "native_persist_step_tuning": self.step_tuning.get("persist") or None}
+                "native_persist_step_tuning": self.step_tuning.get("persist") or None,
+                "native_attn_step_tuning": self.step_tuning.get("attn") or None,
+                "native_o_merge_step_tuning": self.step_tuning.get("o_merge") or None}
 
 
 def shape_name(n: int, k: int, pro, glu, acc) -> str:
