@@ -57,3 +57,20 @@ def test_cuda_timer_and_graph_timers():
     one = timing.graph_ms([lambda: y.copy_(x)])
     four = timing.graph_ms([lambda: y.copy_(x)] * 4)
     assert one > 0 and four == pytest.approx(one, rel=0.5)  # per call, not per graph
+
+
+def test_the_step_tuner_warms_every_candidate_before_timing_any(monkeypatch):
+    """fastest_in_step with `warm`: each candidate put in place and warmed (compiled outside any capture) before the
+    first timed replay; then each timed; the fastest left in place."""
+    log = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(timing, "state_replay_ms", lambda capture, state, reps: {"a": 3.0, "b": 1.0, "c": 2.0}[now[0]])
+    now = [None]
+
+    def use(c):
+        now[0] = c
+        log.append(f"use {c}")
+
+    times = timing.fastest_in_step(["a", "b", "c"], use, None, [], warm=lambda: log.append(f"warm {now[0]}"))
+    assert log[:7] == ["use a", "warm a", "use b", "warm b", "use c", "warm c", "sync"]
+    assert times == {"a": 3.0, "b": 1.0, "c": 2.0} and now[0] == "b" and log[-1] == "use b"

@@ -166,20 +166,22 @@ def attention_rows(a, dev, ctx: int, timed: bool) -> list[Row]:
                                 for c in caches])
         rows.append(row)
         if kernel == "triton":  # the same chunks' partials, merged inside the o GEMV (o_merge.py; untimed)
-            rows.append(_o_merge_row(a, dev, (qkv, cos, sin, pos, caches[0], h, d, sc), want))
+            c = caches[0]
+            chunks = lambda: A.tri_attention(qkv, cos, sin, pos, c[0], c[1], h, d ** -0.5, sc, merge=False)  # noqa: E731
+            rows.append(_o_merge_row(a, dev, chunks, sc, pos, want))
     return rows
 
 
-def _o_merge_row(a, dev, attn: tuple, want) -> Row:
-    """x += W_o a with the merge inside the o GEMV against x + W_o (the reference attention's output)."""
-    from floorline.native import attention as A
+def _o_merge_row(a, dev, chunks, sc, pos, want) -> Row:
+    """x += W_o a with the merge inside the o GEMV, after `chunks()` left the attention's partials in `sc`, against
+    x + W_o (the reference attention's output)."""
     from floorline.native import o_merge
 
-    qkv, cos, sin, pos, (kc, vc), h, d, sc = attn
+    h, d = a.heads, a.head_dim
     w = (torch.randn(a.hidden, h * d, device=dev) * 0.02).bfloat16()
     x = torch.randn(a.hidden, device=dev)
     y = x.clone()
-    A.tri_attention(qkv, cos, sin, pos, kc, vc, h, d ** -0.5, sc, merge=False)
+    chunks()
     o_merge.tri_o_merge(w, sc, pos, y, o_merge.CANDIDATES[0])
     err = _rel(y - x, w.float() @ want)
     return Row("o with the merge inside (+res)", "bf16", f"{a.hidden}x{h * d}", o_merge.name(o_merge.CANDIDATES[0]),

@@ -124,9 +124,16 @@ def state_replay_ms(capture: Callable[[], "torch.cuda.CUDAGraph"], state: list, 
 
 
 def fastest_in_step(candidates: list, use: Callable[[object], None], capture: Callable[[], "torch.cuda.CUDAGraph"],
-                    state: list, reps: int = 30) -> dict:
-    """The step tuners' trial loop (int4_cuda, gemv and mlp.retune_in_step): each candidate put in place by `use` and
-    timed in the whole decode step (state_replay_ms), then the fastest put back in place. Returns {candidate: ms}."""
+                    state: list, reps: int = 30, warm: Callable[[], None] | None = None) -> dict:
+    """The step tuners' trial loop (the native kernels' retune_in_step): each candidate put in place by `use` and
+    timed in the whole decode step (state_replay_ms), then the fastest put back in place. Returns {candidate: ms}.
+    warm: first, each candidate put in place and `warm()` run once outside any graph capture (its kernels compiled
+    there, not while a graph is being captured), then the device synchronised."""
+    if warm is not None:
+        for c in candidates:
+            use(c)
+            warm()
+        torch.cuda.synchronize()
     times = {}
     for c in candidates:
         use(c)

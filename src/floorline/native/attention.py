@@ -226,13 +226,7 @@ def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int =
 
     if len(scratch.cands) < 2:
         return
-    first = (scratch.chunk, scratch.warps)
-    for c in scratch.cands:
-        scratch.use(c)
-        warm()
-    scratch.use(first)
-    torch.cuda.synchronize()
-    times = timing.fastest_in_step(scratch.cands, scratch.use, capture, state, reps)
+    times = timing.fastest_in_step(scratch.cands, scratch.use, capture, state, reps, warm=warm)
     TUNER.step_tuning["attn"] = {f"chunk {c} w{w}": round(t, 4) for (c, w), t in times.items()}
 
 

@@ -541,16 +541,16 @@ def retune_in_step(net, capture, state: list, with_off: bool, reps: int = 30) ->
     from floorline.native.tuner import TUNER
 
     ps = net.persist
-    for c in CANDIDATES:  # compiled now (a launch over the current position, which the step rewrites before use)
-        ps.config = c
-        ps.launch()
-    torch.cuda.synchronize()
-    ps.check()
 
     def use(c):
         net.persist_on = c is not None
         if c is not None:
             ps.config = c
 
-    times = timing.fastest_in_step(([None] if with_off else []) + CANDIDATES, use, capture, state, reps)
+    def warm():  # a launch over the current position, which the step rewrites before use; a deadlock is one line
+        if net.persist_on:
+            ps.launch()
+            ps.check()
+
+    times = timing.fastest_in_step(([None] if with_off else []) + CANDIDATES, use, capture, state, reps, warm=warm)
     TUNER.step_tuning["persist"] = {("off" if c is None else c.name()): round(t, 4) for c, t in times.items()}

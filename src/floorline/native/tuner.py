@@ -22,6 +22,11 @@ import torch
 from floorline.device import timing
 
 
+# (kind of step tuning, the name its trials have in a record: native_<name>_step_tuning)
+RECORD_NAMES = (("int4", "int4"), ("gemv", "triton"), ("mlp", "mlp"), ("persist", "persist"), ("attn", "attn"),
+                ("o_merge", "o_merge"))
+
+
 class Tuner:
     def __init__(self):
         self.gemv_candidates: dict = {}  # (N, K, PRO, GLU, ACC, INT4) -> the tiles gemv's pruning kept for a shape
@@ -54,12 +59,7 @@ class Tuner:
     def record(self) -> dict:
         """What a native record keeps of the in-step re-timing: each kind's trials (int4_cuda.tuned() adds the int4
         GEMV's chosen configs)."""
-        return {"native_int4_step_tuning": self.step_tuning.get("int4") or None,
-                "native_triton_step_tuning": self.step_tuning.get("gemv") or None,
-                "native_mlp_step_tuning": self.step_tuning.get("mlp") or None,
-                "native_persist_step_tuning": self.step_tuning.get("persist") or None,
-                "native_attn_step_tuning": self.step_tuning.get("attn") or None,
-                "native_o_merge_step_tuning": self.step_tuning.get("o_merge") or None}
+        return {f"native_{name}_step_tuning": self.step_tuning.get(kind) or None for kind, name in RECORD_NAMES}
 
 
 def shape_name(n: int, k: int, pro, glu, acc) -> str:

@@ -56,8 +56,8 @@ class Native(Runtime):
     def prepare(self) -> None:
         """Capture the step (its warm-up steps compile and tune every kernel first); with step_tune, re-time the
         tuned launch choices inside the whole step (int4 GEMV configs, Triton GEMV tiles, fused-MLP tiles, the
-        attention's chunk, the merge inside the o GEMV or not, the persistent kernel's launches and, with persist=auto, whether to run it), then capture
-        again."""
+        attention's chunk, the merge inside the o GEMV or not, the persistent kernel's launches and, with
+        persist=auto, whether to run it), then capture again."""
         from floorline.native import attention, gemv, int4_cuda, mlp, o_merge, persist
         from floorline.native.tuner import TUNER
 
