@@ -647,6 +647,76 @@ def test_the_merge_inside_o_matches_the_kernel_step_for_every_candidate(name, ct
                 assert got == want and err < 1e-2, (chunk, c, got, want, err)
 
 
+@pytest.mark.parametrize("name, ctx", [("llama-3.2-1b", 120), ("qwen2.5-0.5b", 120), ("qwen3-0.6b", 2000),
+                                       ("qwen3-8b", 2000)])
+def test_one_launch_of_qkv_and_attention_matches_the_kernel_step_for_every_candidate(name, ctx):
+    """q/k/v, the attention's chunks and their merge in one launch (qkv_attn.py), every candidate and the attention
+    chunks the step tuner tries, against the step with their own kernels, on the same bf16 weights and state: 6 steps
+    from the same prompt, the same tokens and logits within fp32 summation order; no wait timed out."""
+    from floorline.native import qkv_attn as QA
+    from floorline.native.model import NativeModel
+
+    a = zoo.ZOO[name]
+    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
+    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    net = NativeModel(m, ctx + 16, ops="triton")
+    qa = net.qkv_attn
+    assert qa is not None
+
+    def run(config):
+        qa.config = config
+        return _six_steps(net, prompt)
+
+    with torch.inference_mode():
+        # the chunk candidates at ctx 120 (16 to 64 positions); the rule's chunk at 2000 (the device time)
+        for chunk in (net.attn.cands if ctx < 1000 else []) or [(net.attn.chunk, net.attn.warps)]:
+            net.attn.use(chunk)
+            want, wl = run(None)
+            for c in QA.CANDIDATES:
+                got, gl = run(c)
+                torch.cuda.synchronize()
+                qa.check()
+                err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+                print(f"{name} ctx {ctx} chunk {chunk} one launch {c.name()} vs the kernel step: tokens "
+                      f"{got == want}, relative logit error {err:.2e}")
+                assert got == want and err < 1e-2, (chunk, c, got, want, err)
+    del m, net
+    torch.cuda.empty_cache()
+
+
+def test_a_wait_of_the_one_launch_that_cannot_be_met_times_out_in_one_line():
+    """Every chunk waiting for one q/k/v task more than its group has: the step returns after about a second (no
+    hang) and check() raises one line naming the setting that avoids it; the next step, the wait restored, is clean."""
+    import time
+
+    from floorline.core.errors import UserError
+    from floorline.native import qkv_attn as QA
+    from floorline.native.model import NativeModel
+
+    m = models.build_random(zoo.ZOO["llama-3.2-1b"], torch.device("cuda"), "bf16", seed=0)
+    net = NativeModel(m, 64, ops="triton")
+    qa = net.qkv_attn
+    qa.config = QA.CANDIDATES[0]
+    with torch.inference_mode():
+        net.prefill(torch.arange(8, device="cuda").view(1, -1), 64)
+        net.step()
+        torch.cuda.synchronize()
+        qa.drop = 1
+        t0 = time.perf_counter()
+        net.step()
+        torch.cuda.synchronize()
+        took = time.perf_counter() - t0
+        with pytest.raises(UserError, match="step_tune=off") as e:
+            qa.check()
+        qa.drop = 0
+        qa.err.zero_()
+        net.step()
+        torch.cuda.synchronize()
+        qa.check()
+    print(f"one-launch deadlock caught in {took:.2f} s: {e.value}")
+    assert 0.9 < took < 60 and "\n" not in str(e.value)
+
+
 def test_a_persistent_wait_that_cannot_be_met_times_out_in_one_line():
     """A wait asking for one MLP task more than a layer has: the step returns after about a second (no hang) and
     check() raises one line naming persist=off; the step after it, with the wait restored, is clean."""
