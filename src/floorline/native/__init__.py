@@ -8,7 +8,6 @@
   mlp.py         a dense layer's whole MLP in one Triton kernel
   attention.py   flash-decoding with RoPE and the KV write (Triton chunks or attn_cuda's, Triton merge)
   o_merge.py     the o GEMV with the attention's merge folded in (split by query head; the step tuner's choice)
-  qkv_attn.py    q/k/v, the attention's chunks and its merge in one launch (ticketed tasks, counters a kv head)
   ends.py        the step's first and last kernels (embedding row; argmax, next token and position)
   persist.py     every decoder layer in one persistent kernel (ticketed tasks, counters; NativeOptions persist)
   int4_format.py floorline's W4A16 format; int4_cuda.py its CUDA GEMV; attn_cuda.py the CUDA attention chunks

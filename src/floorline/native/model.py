@@ -29,7 +29,6 @@ from floorline.native import mlp as M
 from floorline.native import o_merge as OM
 from floorline.native import pdl as P
 from floorline.native import persist as PS
-from floorline.native import qkv_attn as QA
 from floorline.native import refs as R
 from floorline.native.options import NativeOptions
 
@@ -80,10 +79,6 @@ class NativeModel:
         self.o_merge = None
         self.o_merge_ok = (ops == "triton" and type(self) is NativeModel and "scales" not in self.layers[0]["o"]
                            and not self.qkv_acc)
-        # q/k/v, the attention's chunks and its merge in one launch (qkv_attn.py): its buffers where the layers can
-        # take it; its config None (the separate kernels) until the step tuner chooses
-        self.qkv_attn = (QA.QkvAttn(self) if ops == "triton" and type(self) is NativeModel and QA.unsupported(self)
-                         is None else None)
 
     # -------------------------------------------------------------------------------------------- weights
     def _layer(self, layer) -> dict:
@@ -171,20 +166,13 @@ class NativeModel:
             x.copy_(self.embed.index_select(0, self.tok)[0])  # one embedding row, to fp32; no host sync
             if self.fused_mlp:
                 xs[1].zero_()
-        one = self.qkv_attn.config if self.qkv_attn is not None else None
         for i, lay in enumerate(self.layers):
             x = xs[i % len(xs)]
-            if one is not None:  # q/k/v (or the GEMV first), chunks and merge in one launch, then o
-                if not one.qkv:
-                    self._qkv(lay, x)
-                a = self.qkv_attn.launch(i, x)
-                self._gemv(lay["o"], a, x, residual=x)
-            elif self.o_merge is not None:  # x += o(merge of the chunks), the merge inside the o GEMV
-                self._qkv(lay, x)
+            self._qkv(lay, x)
+            if self.o_merge is not None:  # x += o(merge of the chunks), the merge inside the o GEMV
                 self._attention(i, merge=False)
                 OM.tri_o_merge(lay["o"]["w"], self.attn, self.pos, x, self.o_merge, pdl=self.pdl)
             else:
-                self._qkv(lay, x)
                 a = self._attention(i)
                 self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
             if self.fused_mlp:  # into the next buffer (zeroed), the one after it zeroed for the next layer

@@ -122,16 +122,6 @@ if triton is not None:
             tl.atomic_cas(ERR, 0, who)
 
     @triton.jit
-    def _gate(C, target, deadline, ERR, who, CLOCK, GPU: tl.constexpr, TR, TRACE: tl.constexpr, WAITS: tl.constexpr,
-              PDL: tl.constexpr):
-        """A task's wait for its inputs. WAITS 0: counter C (this kernel's tasks); 1: the previous kernel (PDL, then
-        the next kernel may launch); 2: both, the counter first (qkv_attn.py: tasks of one launch after the last)."""
-        if WAITS != 1:
-            _wait(C, target, deadline, ERR, who, CLOCK, GPU, TR, TRACE)
-        if WAITS != 0:
-            P.wait(PDL)
-
-    @triton.jit
     def _signal(C):
         """One task more done: every thread's stores first (bar.sync), then one release add at GPU scope."""
         tl.debug_barrier()
@@ -189,12 +179,11 @@ if triton is not None:
                 C, target, deadline, ERR, who, CLOCK, QK_EPS: tl.constexpr,
                 NH: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                 CHUNK: tl.constexpr, NCH: tl.constexpr, BL: tl.constexpr, QK_NORM: tl.constexpr,
-                DOT_F32: tl.constexpr, GPU: tl.constexpr, TR, TRACE: tl.constexpr, WAITS: tl.constexpr = 0,
-                PDL: tl.constexpr = 0):
+                DOT_F32: tl.constexpr, GPU: tl.constexpr, TR, TRACE: tl.constexpr):
         """attention._attn_chunk as a task: RoPE of the group's q and of k at the position, this position's k and v
         into the layer's cache (by the chunk holding it), flash-decoding over the chunk; one chunk: the normalised
         output into A, else the partial sums for the merge tasks. The chunk's first tile of cached positions, the
-        rotation's tables and the norm's weights are loaded before the wait (_gate's WAITS)."""
+        rotation's tables and the norm's weights are loaded before the wait."""
         start = c * CHUNK
         d = tl.arange(0, D)
         rl = start + tl.arange(0, BL)
@@ -208,7 +197,7 @@ if triton is not None:
         if QK_NORM:
             qn, qnp = tl.load(QN + d), tl.load(QN + (d + D // 2) % D)
             kn, knp = tl.load(KN + d), tl.load(KN + (d + D // 2) % D)
-        _gate(C, target, deadline, ERR, who, CLOCK, GPU, TR, TRACE, WAITS, PDL)
+        _wait(C, target, deadline, ERR, who, CLOCK, GPU, TR, TRACE)
         if start <= pos:
             g = tl.arange(0, GP)
             one = tl.arange(0, 1)

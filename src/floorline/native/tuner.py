@@ -5,8 +5,8 @@ Two timers choose, in turn:
   1. one launch at a time (cold_bench): each candidate after a write that evicts the L2 cache, inside a CUDA graph (no
      launch overhead), as a decode step sees a matrix: its weights come from memory. Triton's default (one eager
      launch on warm weights) ranks small matrices by launch cost and L2 hits. This picks a first choice per shape.
-  2. inside the whole step (retune_in_step of gemv.py, mlp.py, attention.py, o_merge.py, qkv_attn.py and int4_cuda.py,
-     through timing.fastest_in_step): each shape's candidates timed in a graph of one decode step, the token and position
+  2. inside the whole step (retune_in_step of gemv.py, mlp.py, attention.py, o_merge.py and int4_cuda.py, through
+     timing.fastest_in_step): each shape's candidates timed in a graph of one decode step, the token and position
      restored between replays, the fastest kept. A kernel's neighbours in the step are other kernels, whose tails and
      ramps it overlaps under programmatic dependent launch; neither timer of a kernel alone predicts that.
      NativeOptions.step_tune turns it off.
@@ -24,7 +24,7 @@ from floorline.device import timing
 
 # (kind of step tuning, the name its trials have in a record: native_<name>_step_tuning)
 RECORD_NAMES = (("int4", "int4"), ("gemv", "triton"), ("mlp", "mlp"), ("persist", "persist"), ("attn", "attn"),
-                ("o_merge", "o_merge"), ("qkv_attn", "qkv_attn"))
+                ("o_merge", "o_merge"))
 
 
 class Tuner:
