@@ -15,6 +15,7 @@ was measured?) with the helpers here.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import subprocess
 import sys
@@ -39,6 +40,9 @@ def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("
     from triton.compiler import ASTSource
 
     names = list(kernel.arg_names)
+    # a constexpr left out takes its default where it has one (else None, as before defaults were read)
+    const = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.name not in const
+                and p.default is not inspect.Parameter.empty and p.default is not None}, **const}
     if const.get("INT4"):  # int4: the words of 8 codes
         pointers = {**pointers, "W": "*i32"}
     sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n in ("eps", "scale") else "constexpr")
