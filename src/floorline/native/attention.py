@@ -61,14 +61,11 @@ if triton is not None:
     def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
                     H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                     CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
-                    STAGES: tl.constexpr = 3, QN=None, KN=None, QK_EPS: tl.constexpr = 0.0, CNT=None, ERR=None,
-                    GPU: tl.constexpr = 0):
+                    STAGES: tl.constexpr = 3, QN=None, KN=None, QK_EPS: tl.constexpr = 0.0):
         """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
         tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
         `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step. QN, KN (D,):
-        q's and k's per-head RMSNorm weights (Qwen3), applied before the rotation; None: no norm (not compiled).
-        CNT (int32, the handoff): instead of the previous kernel's end, wait on CNT[kvh] (the q/k/v GEMV's rows of
-        this group, (G + 2) D), and raise CNT[KVH + kvh] when done, every chunk (the merge waits on it)."""
+        q's and k's per-head RMSNorm weights (Qwen3), applied before the rotation; None: no norm (not compiled)."""
         kvh = tl.program_id(0)
         c = tl.program_id(1)
         pos = tl.load(POS)
@@ -85,10 +82,7 @@ if triton is not None:
         if QN is not None:  # and so are the q/k norm's weights
             qn, qnp = tl.load(QN + d), tl.load(QN + (d + D // 2) % D)
             kn, knp = tl.load(KN + d), tl.load(KN + (d + D // 2) % D)
-        if CNT is not None:
-            P.wait_count(CNT + kvh, (G + 2) * D, ERR, PDL, GPU)
-        else:
-            P.wait(PDL)
+        P.wait(PDL)
         if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
             g = tl.arange(0, GP)
             one = tl.arange(0, 1)
@@ -123,27 +117,20 @@ if triton is not None:
             tl.store(MO + o, m, mask=real)
             tl.store(LO + o, l, mask=real)
             tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
-        if CNT is not None:
-            P.raise_count(CNT + KVH + kvh, 1)
 
     @triton.jit
     def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, ZP, ZN, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr, DB: tl.constexpr,
-                    CNT=None, ERR=None, KVH: tl.constexpr = 0, NLAUNCH: tl.constexpr = 0, GPU: tl.constexpr = 0):
+                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr, DB: tl.constexpr):
         """The chunks' partial softmax sums of one query head, merged: program (h, j) merges dims [j DB, (j + 1) DB)
         of query head h (DB = D: one program a head). The position is read before the wait (it changes only between
         steps); each block of CB chunks has its maxima, sums and partial outputs loaded before any is used (one round
         trip to L2, not one per dependent load). ZB > 0: program (h, 0) also zeroes ZP[h ZB, (h + 1) ZB) below ZN --
         the q/k/v vector, read by the chunks (all finished once the wait returns), which the next layer's int4 q/k/v
-        GEMV adds into (split-K). CNT (the handoff): instead of the chunk kernel's end, wait on CNT[KVH + kvh] (its
-        NLAUNCH chunk programs)."""
+        GEMV adds into (split-K)."""
         h = tl.program_id(0)
         kvh = h // G
         nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos
-        if CNT is not None:
-            P.wait_count(CNT + KVH + kvh, NLAUNCH, ERR, PDL, GPU)
-        else:
-            P.wait(PDL)
+        P.wait(PDL)
         d = tl.program_id(1) * DB + tl.arange(0, DB)
         cs = tl.arange(0, CB)
         m_run = tl.max(tl.full([CB], -1e30, dtype=tl.float32), 0)
@@ -243,35 +230,6 @@ def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int =
     TUNER.step_tuning["attn"] = {f"chunk {c} w{w}": round(t, 4) for (c, w), t in times.items()}
 
 
-def retune_handoff_in_step(net, capture, state: list, reps: int = 30) -> None:
-    """The handoff (the chunks waiting on the q/k/v GEMV's per-group counters, the merge on the chunks', instead of
-    each kernel's end: NativeModel.handoff) against the kernels' ends, timed in the whole step
-    (timing.fastest_in_step), the faster kept. It needs the merge kernel: where o_merge.retune_in_step folded the
-    merge into o, that choice stands against the handoff's trial (off, in place, keeps it). Each side is compiled
-    first, outside any graph capture (a step)."""
-    from floorline.device import timing
-    from floorline.native.tuner import TUNER
-
-    if not net.handoff_ok or net.persist_on:
-        return
-    keep = net.o_merge
-
-    def use(on):
-        net.handoff = on
-        net.o_merge = None if on else keep
-
-    def warm():  # one step (the graph's token and position are restored by the trials that follow)
-        net.step()
-        torch.cuda.synchronize()
-        net.check()
-
-    pos, tok = net.pos.clone(), net.tok.clone()
-    times = timing.fastest_in_step([False, True], use, capture, state, reps, warm=lambda: (warm(), net.pos.copy_(pos),
-                                                                                               net.tok.copy_(tok)))
-    net.check()
-    TUNER.step_tuning["handoff"] = {("on" if c else "off"): round(t, 4) for c, t in times.items()}
-
-
 # (programs a query head, warps a program) of the merge: each program a quarter of the head's dims, one warp, small
 # enough to sit beside a chunk program that fills most of an SM's registers and to start before the chunks end. H200:
 # qwen2.5-7b ctx 16384 3.969 ms against 4.005 with one 4-warp program a head, llama-3.1-8b 4.546 against 4.604
@@ -342,15 +300,12 @@ class AttnScratch:
 
 
 def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False,
-                  qk_norm: tuple | None = None, merge: bool = True, counts=None):
+                  qk_norm: tuple | None = None, merge: bool = True):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
     positions 0..pos: the GPU twin of refs.ref_rope_kv then refs.ref_attention. Two launches: the chunks (Triton's
     _attn_chunk or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv
     (fp32) once it is read. qk_norm (q weights, k weights, eps): each q and k head RMS-normalised before RoPE.
-    merge False: the chunks only, their partials left in `scratch` for o_merge.tri_o_merge (returns None).
-    counts (the handoff, Triton chunks with their merge): (counters, error word): int32 counters of 2 x kv heads,
-    zero before the q/k/v GEMV that raised the first kv heads' (gemv.tri_gemv's counts); the chunks wait on those
-    and raise the second, the merge waits on them."""
+    merge False: the chunks only, their partials left in `scratch` for o_merge.tri_o_merge (returns None)."""
     if zero_qkv and not merge:
         raise ValueError("tri_attention: zero_qkv is the merge's work; keep merge=True with it")
     kv_heads, _, d = k_cache.shape
@@ -358,11 +313,6 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     norm = dict(QN=qk_norm[0], KN=qk_norm[1], QK_EPS=float(qk_norm[2])) if qk_norm is not None else {}
     if qk_norm is not None and scratch.backend == "cuda":
         raise UserError("the CUDA attention kernel has no q/k norm; build AttnScratch with qk_norm=True")
-    hand = {}
-    if counts is not None:
-        if scratch.backend == "cuda" or not merge or zero_qkv:
-            raise ValueError("tri_attention counts: the Triton chunks with their merge kernel, no zero_qkv")
-        hand = dict(CNT=counts[0], ERR=counts[1], GPU=int(not INTERPRET and qkv.is_cuda))
     if scratch.backend == "cuda":
         from floorline.native import attn_cuda
 
@@ -373,7 +323,7 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                                                 scratch.o, scale, k_cache.stride(0), scratch.m.shape[1], H=heads,
                                                 KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
                                                 BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
-                                                num_warps=scratch.warps, **norm, **hand, **P.launch_kwargs(pdl))
+                                                num_warps=scratch.warps, **norm, **P.launch_kwargs(pdl))
     if not merge:
         return None
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
@@ -381,6 +331,5 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.m.shape[1], qkv, qkv.numel(),
                                 G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
                                 CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, DB=d // split,
-                                num_warps=mwarps, **hand, **({"KVH": kv_heads, "NLAUNCH": scratch.nchunk}
-                                                            if hand else {}), **P.launch_kwargs(pdl))
+                                num_warps=mwarps, **P.launch_kwargs(pdl))
     return scratch.out

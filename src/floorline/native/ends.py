@@ -23,12 +23,10 @@ STEP_BLOCK = 1024  # elements a program of _embed and _next_token (a vocabulary 
 if triton is not None:
 
     @triton.jit
-    def _embed(E, stride_e, TOK, X, H, BLOCK: tl.constexpr, PDL: tl.constexpr, ZERO_NEXT: tl.constexpr = 0,
-               Z=None, ZN: tl.constexpr = 0):
+    def _embed(E, stride_e, TOK, X, H, BLOCK: tl.constexpr, PDL: tl.constexpr, ZERO_NEXT: tl.constexpr = 0):
         """The step's first kernel: x (fp32) = row `tok` of the embedding E; program p copies [p BLOCK, (p + 1) BLOCK).
         tok was written by the previous step's last kernel (_next_token). ZERO_NEXT: the H floats after x zeroed too
-        (the fused MLP's first output buffer, mlp.py). Z: program 0 zeroes its ZN int32 words (the handoff's counters:
-        once this kernel has waited, the last step's kernels have all ended)."""
+        (the fused MLP's first output buffer, mlp.py)."""
         P.wait(PDL)
         tok = tl.load(TOK)  # int64: tok * stride_e stays exact past 2^31 elements
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -36,11 +34,6 @@ if triton is not None:
         tl.store(X + offs, tl.load(E + tok * stride_e + offs, mask=live).to(tl.float32), mask=live)
         if ZERO_NEXT:
             tl.store(X + H + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=live)
-        if Z is not None:
-            if tl.program_id(0) == 0:
-                for z0 in range(0, ZN, BLOCK):
-                    z = z0 + tl.arange(0, BLOCK)
-                    tl.store(Z + z, tl.zeros([BLOCK], dtype=tl.int32), mask=z < ZN)
 
     @triton.jit
     def _next_token(LOGITS, N, STATE, TOK, POS, BLOCK: tl.constexpr, PDL: tl.constexpr):
@@ -72,17 +65,15 @@ def next_token_state(device) -> torch.Tensor:
 
 
 def tri_embed(embed: torch.Tensor, tok: torch.Tensor, x: torch.Tensor, zero_next: bool = False,
-              pdl: int | None = None, zero: torch.Tensor | None = None) -> None:
+              pdl: int | None = None) -> None:
     """x (fp32) = embed[tok] in one PDL launch: the GPU twin of x.copy_(embed.index_select(0, tok)[0]);
-    zero_next: x is row 0 of a contiguous (rows >= 2, n) buffer whose row 1 is zeroed too; zero: an int32 buffer
-    zeroed too (the handoff's counters)."""
+    zero_next: x is row 0 of a contiguous (rows >= 2, n) buffer whose row 1 is zeroed too."""
     pdl = P.mode("auto", x.device) if pdl is None else pdl
     n = x.numel()
     if zero_next and x.untyped_storage().nbytes() < (x.storage_offset() + 2 * n) * x.element_size():
         raise ValueError("tri_embed zero_next: x must be followed by n more floats of its buffer")
     _embed[(triton.cdiv(n, STEP_BLOCK),)](embed, embed.stride(0), tok, x, n, BLOCK=STEP_BLOCK, PDL=pdl,
                                           num_warps=4, **({"ZERO_NEXT": 1} if zero_next else {}),
-                                          **({"Z": zero, "ZN": zero.numel()} if zero is not None else {}),
                                           **P.launch_kwargs(pdl))
 
 

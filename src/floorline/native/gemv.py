@@ -107,8 +107,7 @@ if triton is not None:
     def _gemv(W, S, Z, X, NW, B, Y, N, K, KW, eps,
               PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
               INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, AHEAD: tl.constexpr = 1,
-              SIG_D: tl.constexpr = 0, SIG_GD: tl.constexpr = 0, SIG_NQ: tl.constexpr = 0, SIG_NKV: tl.constexpr = 0):
+              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, AHEAD: tl.constexpr = 1):
         pid = tl.program_id(0)
         # split-K (ACC only): program (pid, s) sums tiles [s T / SPLIT, (s + 1) T / SPLIT) of the T = K / BK
         sid = tl.program_id(1)
@@ -214,10 +213,6 @@ if triton is not None:
             if ACC:  # y += W x in place (the residual stream): each program reads then writes its own rows
                 y += tl.load(Y + rn, mask=nmask, other=0.0)
             tl.store(Y + rn, y, mask=nmask)
-            if SIG_D > 0:  # q/k/v: its rows' kv group counts them (S: the counters), for the attention's chunks
-                r0 = pid * BN  # q rows [g GD, (g + 1) GD), then k head g's D rows, then v head g's
-                g = tl.where(r0 < SIG_NQ, r0 // SIG_GD, (r0 - SIG_NQ) % SIG_NKV // SIG_D)
-                P.raise_count(S.to(tl.pointer_type(tl.int32), bitcast=True) + g, BN)
 
     def _prune(configs, named_args, **kwargs):
         """Tiles must divide K (the loop has no K mask) and int4 tiles hold whole groups; split-K only for a plain
@@ -299,16 +294,14 @@ def _pick_bk(k: int, int4: bool) -> int:
 
 
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, config=None, layout="rows", pdl=None, counts=None):
+             glu=False, out=None, config=None, layout="rows", pdl=None):
     """The GPU twin of refs.ref_gemv (int4 in the `mma` layout: int4_cuda.gemv, whose `config` is (warps, groups
     ahead, splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg, AHEAD); under
     the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
-    buffers). pdl: the kernels' PDL switch (pdl.mode; None: on where the GPU has it). counts (q/k/v, bf16: the
-    counters, int32 a kv group, then (heads, kv heads, head_dim)): each program adds its rows to its kv group's
-    counter once they are stored (NativeModel.handoff: the attention's chunks wait on it, not on this kernel's end)."""
+    buffers). pdl: the kernels' PDL switch (pdl.mode; None: on where the GPU has it)."""
     if pdl is None:
         pdl = P.mode("auto", w.device)
     int4 = scales is not None
@@ -329,15 +322,9 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         return int4_cuda.gemv(w, x, y, scales=scales, zeros=zeros, pro=pro, norm_w=norm_w, eps=eps, bias=bias,
                               acc=acc, glu=glu, config=config, pdl=pdl)
     dummy = y
-    sig = {}
-    if counts is not None:  # the counters ride in S (unused by bf16), as fp32 so the autotuner's key stays the same
-        cnt, (h, kv, d) = counts
-        if int4 or glu or acc or n != (h + 2 * kv) * d:
-            raise ValueError("counts: a bf16 q/k/v GEMV without glu or residual")
-        sig = dict(SIG_D=d, SIG_GD=h // kv * d, SIG_NQ=h * d, SIG_NKV=kv * d)
-    args = (w, scales if int4 else cnt.view(torch.float32) if sig else dummy, zeros if int4 else dummy, x,
-            norm_w if norm_w is not None else dummy, bias if bias is not None else dummy, y, n, k, k // 8, eps)
-    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, ACC=acc, INT4=int4, GROUP_K=GROUP, **sig)
+    args = (w, scales if int4 else dummy, zeros if int4 else dummy, x, norm_w if norm_w is not None else dummy,
+            bias if bias is not None else dummy, y, n, k, k // 8, eps)
+    flags = dict(PRO=pro, GLU=glu, HAS_BIAS=bias is not None, ACC=acc, INT4=int4, GROUP_K=GROUP)
     rows = n // 2 if glu else n
 
     def grid(meta):

@@ -79,13 +79,6 @@ class NativeModel:
         self.o_merge = None
         self.o_merge_ok = (ops == "triton" and type(self) is NativeModel and "scales" not in self.layers[0]["o"]
                            and not self.qkv_acc)
-        # the handoff: the attention's chunks wait on counters the q/k/v GEMV raises per kv group, and the merge on
-        # counters the chunks raise, instead of each kernel's end (pdl.wait_count); the step tuner chooses where ok
-        self.handoff = False
-        self.handoff_ok = (ops == "triton" and type(self) is NativeModel and "scales" not in self.layers[0]["qkv"]
-                           and not self.qkv_acc and self.attn.backend == "triton")
-        self.counts = torch.zeros(len(self.layers), 2 * self.kv_heads, dtype=torch.int32, device=dev)
-        self.count_err = torch.zeros(1, dtype=torch.int32, device=dev)
 
     # -------------------------------------------------------------------------------------------- weights
     def _layer(self, layer) -> dict:
@@ -124,11 +117,11 @@ class NativeModel:
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
 
     # ------------------------------------------------------------------------------------------------ ops
-    def _gemv(self, m: dict, x, out, counts=None, **kw):
+    def _gemv(self, m: dict, x, out, **kw):
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
         if self.ops == "triton":
-            return G.tri_gemv(w, x, out=out, eps=self.eps, **extra, pdl=self.pdl, counts=counts, **kw)
+            return G.tri_gemv(w, x, out=out, eps=self.eps, **extra, pdl=self.pdl, **kw)
         out.copy_(R.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
@@ -137,9 +130,8 @@ class NativeModel:
         False, Triton: the chunks' partials only, left in self.attn for o_merge)."""
         kc, vc, norm = self.k_cache[i], self.v_cache[i], self.layers[i]["qk_norm"]
         if self.ops == "triton":
-            counts = (self.counts[i], self.count_err) if self.handoff else None
             return A.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
-                                   zero_qkv=self.qkv_acc, qk_norm=norm, merge=merge, counts=counts)
+                                   zero_qkv=self.qkv_acc, qk_norm=norm, merge=merge)
         q = R.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim,
                           norm)
         out = R.ref_attention(q, kc, vc, self.pos, self.scale)
@@ -155,26 +147,17 @@ class NativeModel:
             out.add_(M.ref_mlp(lay["gate_up"]["w"], lay["down_t"], x, lay["ffn_norm"], self.eps))
             zero.zero_()
 
-    def _qkv(self, lay: dict, x, i: int = 0) -> None:
-        """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed); with the
-        handoff, each kv group's rows counted in layer i's counters."""
-        counts = (self.counts[i], (self.heads, self.kv_heads, self.head_dim)) if self.handoff else None
+    def _qkv(self, lay: dict, x) -> None:
+        """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed)."""
         self._gemv(lay["qkv"], x, self.qkv, pro=R.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
-                   residual=self.qkv if self.qkv_acc else None, counts=counts)
-
-    def check(self) -> None:
-        """One line if a wait of the handoff passed its second (a wrong count: never a hang)."""
-        if int(self.count_err.item()):
-            raise UserError("native attention handoff: a wait on the q/k/v or chunk counters passed a second (a "
-                            "wrong count); run with --native step_tune=off")
+                   residual=self.qkv if self.qkv_acc else None)
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
         """One token: self.tok at self.pos in, the next token and position out, all on the device, in place."""
         x, xs = self.x, self.xs  # layer i reads xs[i % len(xs)]: one buffer, or the fused MLP's three in turn
         if self.ops == "triton":  # a PDL launch: the first q/k/v GEMV's programs load weights while it runs
-            E.tri_embed(self.embed, self.tok, x, zero_next=self.fused_mlp, pdl=self.pdl,
-                        zero=self.counts if self.handoff else None)
+            E.tri_embed(self.embed, self.tok, x, zero_next=self.fused_mlp, pdl=self.pdl)
             if self.persist_on:
                 self.persist.launch()
                 self._ends(xs[len(self.layers) % 3])
@@ -185,7 +168,7 @@ class NativeModel:
                 xs[1].zero_()
         for i, lay in enumerate(self.layers):
             x = xs[i % len(xs)]
-            self._qkv(lay, x, i)
+            self._qkv(lay, x)
             if self.o_merge is not None:  # x += o(merge of the chunks), the merge inside the o GEMV
                 self._attention(i, merge=False)
                 OM.tri_o_merge(lay["o"]["w"], self.attn, self.pos, x, self.o_merge, pdl=self.pdl)

@@ -2,8 +2,6 @@
 the previous kernel (their first weight tiles, norm weights, biases, RoPE tables), while that kernel finishes; they
 wait (griddepcontrol.wait) before touching its outputs, then let the next kernel launch (griddepcontrol.
 launch_dependents) -- one kernel ahead, its programs resident and their first loads in flight while this one runs.
-A kernel may instead wait on counters its predecessor's programs raise (wait_count, raise_count: the q/k/v GEMV ->
-the attention's chunks -> their merge, NativeModel.handoff), for the rows it needs rather than the whole grid's end.
 
 Every native kernel takes PDL as a compile-time switch: 0 (plain stream order) or 1, and is launched with the
 launch_pdl attribute when it is on. On the H200, qwen2.5-7b ctx 2048, letting the next kernel launch once this one has
@@ -56,40 +54,3 @@ if triton is not None:
         if PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-
-    @triton.jit
-    def acquire(C, GPU: tl.constexpr):
-        """Counter C read with acquire semantics at GPU scope (the stores its raisers made before their release are
-        seen after it); under the interpreter a plain load."""
-        if GPU:
-            c = tl.inline_asm_elementwise("ld.global.acquire.gpu.b32 $0, [$1];", "=r,l", [C], dtype=tl.int32,
-                                          is_pure=False, pack=1)
-        else:
-            c = tl.load(C)
-        return c
-
-    @triton.jit
-    def wait_count(C, target, ERR, PDL: tl.constexpr, GPU: tl.constexpr):
-        """The handoff in place of wait(): until counter C reaches `target` (raised by the previous kernel's programs
-        after their stores), then let the next kernel launch. No deadlock: under PDL this kernel launched only once
-        every program of the previous one had started, and those wait on nothing more. A wait past a second (a bug:
-        a wrong target) sets ERR[0] = 1 and goes on: the runtime raises one line, never a hang. Under the
-        interpreter the previous kernel has ended: one read."""
-        c = acquire(C, GPU)
-        if GPU:
-            t0 = tl.extra.cuda.globaltimer()
-            t = t0
-            while (c < target) & (t - t0 < 1_000_000_000):
-                c = acquire(C, GPU)
-                t = tl.extra.cuda.globaltimer()
-        if c < target:
-            tl.atomic_xchg(ERR, 1)
-        if PDL:
-            tl.extra.cuda.gdc_launch_dependents()
-
-    @triton.jit
-    def raise_count(C, n):
-        """Counter C += n once this program's stores are done (bar.sync, then one release add at GPU scope)."""
-        tl.debug_barrier()
-        tl.atomic_add(C, n, sem="release", scope="gpu")
-

@@ -44,7 +44,6 @@ class Native(Runtime):
         persist = self.net.persist.config.name() if self.net.persist_on else None
         om = o_merge.name(self.net.o_merge) if self.net.o_merge is not None else None
         return {"native_pdl_launch": bool(self.net.pdl), "native_persist_used": persist, "native_o_merge_used": om,
-                "native_handoff_used": self.net.handoff,
                 "native_fused_mlp": self.net.fused_mlp, "native_attn": self.net.attn.name(),
                 "native_attn_chunk_used": self.net.attn.chunk, "native_int4_configs": int4_cuda.tuned() or None,
                 **TUNER.record()}
@@ -57,8 +56,8 @@ class Native(Runtime):
     def prepare(self) -> None:
         """Capture the step (its warm-up steps compile and tune every kernel first); with step_tune, re-time the
         tuned launch choices inside the whole step (int4 GEMV configs, Triton GEMV tiles, fused-MLP tiles, the
-        attention's chunk, the merge inside the o GEMV or not, the attention's handoff by counters or not, the
-        persistent kernel's launches and, with persist=auto, whether to run it), then capture again."""
+        attention's chunk, the merge inside the o GEMV or not, the persistent kernel's launches and, with
+        persist=auto, whether to run it), then capture again."""
         from floorline.native import attention, gemv, int4_cuda, mlp, o_merge, persist
         from floorline.native.tuner import TUNER
 
@@ -79,7 +78,6 @@ class Native(Runtime):
                 mlp.retune_in_step(capture, state)
             attention.retune_in_step(net.attn, capture, state, warm=lambda: net._attention(0))
             o_merge.retune_in_step(net, capture, state)
-            attention.retune_handoff_in_step(net, capture, state)
             if net.persist is not None:
                 persist.retune_in_step(net, capture, state, with_off=self.options.persist == "auto")
             self.graph = capture_graph(net.step, 0)
@@ -90,9 +88,6 @@ class Native(Runtime):
         self.graph.replay()
 
     def check(self) -> None:
-        if self.net.handoff:
-            torch.cuda.synchronize()
-            self.net.check()
         if self.net.persist is not None:
             torch.cuda.synchronize()
             self.net.persist.check()
