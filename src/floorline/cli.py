@@ -356,9 +356,9 @@ def cmd_explain(args) -> int:
                                 f"top kernels, {r['mode']} ctx {r['ctx']}"))
         if r.get("kernels_by_slot") and r["device"] != "cpu":  # (the CPU's aten ops: dozens, little to learn)
             out.print(display.table(display.SLOT_HEADER, display.slot_rows(r),
-                                    f"by place in the layer (native: 1/2 q/k/v, 2/2 o, the MLP its own kernel; or "
-                                    f"mlp=gemv: 1/4 q/k/v, 2/4 o, 3/4 gate_up, 4/4 down; "
-                                    f"after: lm_head), {r['mode']} ctx {r['ctx']}"))
+                                    f"by place in the layer (native: 1/2 q/k/v, 2/2 o, the MLP its own kernel; 1/1 "
+                                    f"q/k/v where the merge is inside o; or mlp=gemv: 1/4 q/k/v, 2/4 o, 3/4 gate_up, "
+                                    f"4/4 down; after: lm_head), {r['mode']} ctx {r['ctx']}"))
     d = Path(args.out)
     d.mkdir(parents=True, exist_ok=True)
     (d / "explain.jsonl").unlink(missing_ok=True)

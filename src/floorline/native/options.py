@@ -12,7 +12,7 @@
   persist     off: one launch a kernel | on: every decoder layer in one persistent kernel (persist.py) | auto: both
               timed in the whole step by the step tuner, the faster kept (persist=auto with step_tune=off: off)
   step_tune   re-time every tuned launch choice inside the whole decode step before the graph is captured (default
-              on; off keeps the one-launch timer's picks and saves ~20 s of preparation a cell)
+              on; off keeps the one-launch timer's picks and saves 3-35 s of preparation a cell on the H200)
 
 From a string, as the CLI and `ab` arms give it: "mlp=gemv,pdl=off" (NativeOptions.parse); bad values are one line.
 """
