@@ -40,7 +40,7 @@ def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("
     from triton.compiler import ASTSource
 
     names = list(kernel.arg_names)
-    # a constexpr left out takes its default where it has one (else None, as before defaults were read)
+    # a constexpr left out of `const` takes the kernel's own default (ASTSource would make it None)
     const = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.name not in const
                 and p.default is not inspect.Parameter.empty and p.default is not None}, **const}
     if const.get("INT4"):  # int4: the words of 8 codes
