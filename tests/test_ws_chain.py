@@ -69,17 +69,18 @@ def test_a_k_that_is_not_whole_segments_is_refused():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mma", [False, True])
-def test_the_kernel_matches_the_fp32_chain(mma):
+@pytest.mark.parametrize("mma,sent,one_fence", [(False, False, False), (True, False, False), (False, True, False),
+                                                (False, False, True)])
+def test_the_kernel_matches_the_fp32_chain(mma, sent, one_fence):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     dev = torch.device("cuda")
     c = W.build(2, 2048, 3072, 8192, dev, torch.cuda.get_device_properties(dev).multi_processor_count, mma=mma)
     ref = W.reference(c)
-    for nslot, cw in ((12, 4), (8, 4), (12, 6)):
+    for nslot, cw in ((8, 4), (4, 4), (6, 6)):
         for h in c.h[1:]:
             h.fill_(float("nan"))
-        W.launch(c, nslot, cw)
+        W.launch(c, nslot, cw, sent=sent, one_fence=one_fence)
         torch.cuda.synchronize()
         assert int(c.err.item()) == 0
         assert ((c.h[-1] - ref).norm() / ref.norm()).item() < (1e-4 if mma else 1e-5)

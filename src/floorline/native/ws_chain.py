@@ -34,11 +34,14 @@ KMAX = 8192
 XWORDS = KMAX // 2 + KMAX // 512 * 8  # cuda/ws_chain.cu: the input's bf16 pairs with their padding (mma)
 
 
-def shared_bytes(nslot: int, mma: bool) -> int:
+SENTINEL = 0x7FBADBAD  # cuda/ws_chain.cu: "not written yet", a NaN no arithmetic produces
+
+
+def shared_bytes(nslot: int, mma: bool, tasks: int) -> int:
     """The ring (nslot pages), the staged input (KMAX floats; mma: its hi and lo bf16 pairs, padded), 32 floats, two
-    mbarriers a slot, a flag and the loader's count a consumer warp (at most 8)."""
+    mbarriers a slot, a flag, the loader's count a consumer warp (at most 8), the block's task list."""
     x = (2 * XWORDS + 4) * 4 if mma else KMAX * 4
-    return nslot * PAGE + x + 32 * 4 + 2 * nslot * 8 + 4 + 4 * 8
+    return nslot * PAGE + x + 32 * 4 + 2 * nslot * 8 + 4 + 4 * 8 + 4 * tasks
 
 
 def rotate(w: torch.Tensor, inverse: bool = False) -> torch.Tensor:
@@ -81,6 +84,8 @@ class Chain:
     err: torch.Tensor | None = None
     stages: int = 0
     mma: bool = False  # the weights' pages rotated for the tensor-core consumers (rotate())
+    outputs: torch.Tensor | None = None  # every stage's output, one buffer (filled with SENTINEL for a polled launch)
+    tmax: int = 0  # the most tasks a block holds
 
     def weight_bytes(self) -> int:
         return sum(w.numel() * w.element_size() for lw in self.weights for w in lw[:4])
@@ -107,15 +112,16 @@ def build(layers: int, hidden: int, qkv: int, inter: int, device, sms: int, seed
     def laid(w):
         return rotate(w) if mma else w
 
-    c.h = [torch.randn(hidden, device=device, generator=g)] + [torch.empty(hidden, device=device)
-                                                                 for _ in range(layers)]
+    per = qkv + hidden + inter + hidden  # a layer's outputs: q/k/v, h1, act, the next h
+    c.outputs = torch.empty(layers * per, device=device)
+    views = [c.outputs[l * per:(l + 1) * per].split([qkv, hidden, inter, hidden]) for l in range(layers)]
+    c.h = [torch.randn(hidden, device=device, generator=g)] + [v[3] for v in views]
     for _ in range(layers):
         ln1 = 1 + 0.1 * torch.randn(hidden, device=device, generator=g)
         ln2 = 1 + 0.1 * torch.randn(hidden, device=device, generator=g)
         c.weights.append((laid(rnd(qkv, hidden)), laid(rnd(hidden, hidden)),
                           laid(glu_pack(rnd(inter, hidden), rnd(inter, hidden))), laid(rnd(hidden, inter)), ln1, ln2))
-        c.bufs.append((torch.empty(qkv, device=device), torch.empty(hidden, device=device),
-                       torch.empty(inter, device=device)))
+    c.bufs = [v[:3] for v in views]
     rows = []  # (w, x, y, res, nw, k, kind, dep, need), pages
     for l, (wq, wo, wgu, wd, ln1, ln2) in enumerate(c.weights):
         q, h1, act = c.bufs[l]
@@ -129,18 +135,19 @@ def build(layers: int, hidden: int, qkv: int, inter: int, device, sms: int, seed
     packed = b"".join(struct.pack("<QQQQQiiii", *[t.data_ptr() if t is not None else 0 for t in r[:5]], *r[5:])
                       for r, _ in rows)
     c.table = torch.frombuffer(bytearray(packed), dtype=torch.uint8).to(device)
-    per = [[[] for _ in range(c.stages)] for _ in range(sms)]
+    dealt = [[[] for _ in range(c.stages)] for _ in range(sms)]
     nxt = 0
     for s, (_, n) in enumerate(rows):
         for p in range(n):
-            per[nxt % sms][s].append((s << 16) | p)
+            dealt[nxt % sms][s].append((s << 16) | p)
             nxt += 1
     flat, off = [], []
     for b in range(sms):
         for s in range(c.stages):
             off.append(len(flat))
-            flat += per[b][s]
+            flat += dealt[b][s]
         off.append(len(flat))
+    c.tmax = max(off[(b + 1) * (c.stages + 1) - 1] - off[b * (c.stages + 1)] for b in range(sms))
     c.tasks = torch.tensor(flat, dtype=torch.int64).to(torch.int32).to(device)
     c.off = torch.tensor(off, dtype=torch.int32, device=device)
     c.cnt = torch.zeros(c.stages, dtype=torch.int32, device=device)
@@ -160,19 +167,24 @@ def wd_pages(c: Chain, l: int) -> int:
 
 
 def launch(c: Chain, nslot: int, cw: int, eps: float = 1e-5, timeout_ns: int = 1_000_000_000, mode: int = 0,
-           trace: torch.Tensor | None = None, ahead: int = 0) -> None:
-    """Zero the counters, then the kernel: one block an SM (the task lists were dealt for that many)."""
+           trace: torch.Tensor | None = None, ahead: int = 0, sent: bool = False, one_fence: bool = False) -> None:
+    """Zero the counters (sent: fill the outputs with SENTINEL instead), then the kernel: one block an SM (the task
+    lists were dealt for that many)."""
     dev = c.table.device.index
     kern = _kernel(dev, nslot, cw, c.mma)
-    smem = shared_bytes(nslot, c.mma)
+    smem = shared_bytes(nslot, c.mma, c.tmax)
     if kern._max_shared_mem_bytes < smem:
         kern.set_shared_memory_config(smem)
-    c.cnt.zero_()
+    if sent:
+        c.outputs.view(torch.int32).fill_(SENTINEL - (1 << 32) if SENTINEL >= 1 << 31 else SENTINEL)
+    else:
+        c.cnt.zero_()
     blocks = c.off.numel() // (c.stages + 1)
     vals = [ctypes.c_void_p(c.table.data_ptr()), ctypes.c_int(c.stages), ctypes.c_void_p(c.tasks.data_ptr()),
             ctypes.c_void_p(c.off.data_ptr()), ctypes.c_void_p(c.cnt.data_ptr()), ctypes.c_void_p(c.err.data_ptr()),
             ctypes.c_float(eps), ctypes.c_uint64(timeout_ns), ctypes.c_int(mode),
-            ctypes.c_void_p(trace.data_ptr() if trace is not None else 0), ctypes.c_int(ahead)]
+            ctypes.c_void_p(trace.data_ptr() if trace is not None else 0), ctypes.c_int(ahead), ctypes.c_int(int(sent)),
+            ctypes.c_int(int(one_fence))]
     nvrtc.launch(kern.func, (blocks, 1, 1), (cw + 1) * 32, smem, torch.cuda.current_stream(dev).cuda_stream, vals)
 
 
@@ -198,7 +210,7 @@ def reference(c: Chain, eps: float = 1e-5) -> torch.Tensor:
 KINDS = ("q/k/v", "o", "gate_up", "down")
 
 
-def traced(c: Chain, nslot: int, cw: int, mode: int, ahead: int) -> dict:
+def traced(c: Chain, nslot: int, cw: int, mode: int, ahead: int, sent: bool, one_fence: bool) -> dict:
     """One launch with the kernel's clock stamps: per stage kind, the median over blocks and layers of the wait for
     the input, the staging, warp 0's pages, and how long before the staging ended the loader had armed the stage's
     first page (negative: after), in us (SM clocks over the launch's own duration in cycles and ms)."""
@@ -206,7 +218,7 @@ def traced(c: Chain, nslot: int, cw: int, mode: int, ahead: int) -> dict:
     tr = torch.zeros(blocks, c.stages, 5, dtype=torch.int64, device=c.table.device)
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
-    launch(c, nslot, cw, mode=mode, trace=tr, ahead=ahead)
+    launch(c, nslot, cw, mode=mode, trace=tr, ahead=ahead, sent=sent, one_fence=one_fence)
     b.record()
     torch.cuda.synchronize()
     t = tr.cpu().double()
@@ -238,6 +250,10 @@ def main(argv=None) -> int:
     p.add_argument("--mma", type=int, nargs="+", default=[0, 1], help="0 fp32 FMA consumers, 1 tensor-core consumers")
     p.add_argument("--ahead", type=int, nargs="+", default=[0],
                    help="pages ahead of the ring the loader asks the L2 for (0: none)")
+    p.add_argument("--sent", type=int, nargs="+", default=[0],
+                   help="0 counters, 1 inputs polled for a sentinel (no release, no counter round trip)")
+    p.add_argument("--one-fence", type=int, nargs="+", default=[0],
+                   help="1: one release a block and stage (thread 0 after a barrier), 0: one a warp and stage")
     p.add_argument("--trace", action="store_true", help="one more launch a cell with the kernel's clock stamps")
     a = p.parse_args(argv)
     from floorline.bench.bandwidth import achievable_bandwidth
@@ -255,25 +271,27 @@ def main(argv=None) -> int:
         print(f"{a.layers} layers, {nbytes / 1e6:.1f} MB of weights, {c.stages} stages, {c.tasks.numel()} pages, "
               f"{sms} blocks, {'tensor-core' if mma else 'FMA'} consumers; lease {bw['gbps']:.0f} GB/s "
               f"({bw['pattern']}): floor {floor_ms:.4f} ms")
-        for mode, cw, nslot, ahead in [(m, w, n, h) for m in a.mode for w in a.cw for n in a.nslot for h in a.ahead
-                                       if n % w == 0]:
+        for mode, cw, nslot, ahead, sent, one in [(m, w, n, h, bool(t), bool(f)) for m in a.mode for w in a.cw
+                                                  for n in a.nslot for h in a.ahead for t in a.sent
+                                                  for f in a.one_fence if n % w == 0]:
             c.err.zero_()
             for h in c.h[1:]:
                 h.fill_(float("nan"))
-            launch(c, nslot, cw, mode=mode, ahead=ahead)
+            launch(c, nslot, cw, mode=mode, ahead=ahead, sent=sent, one_fence=one)
             torch.cuda.synchronize()
             rel = ((c.h[-1] - ref).norm() / ref.norm()).item()
             err = int(c.err.item())
-            ms = timing.time_captured(lambda: launch(c, nslot, cw, mode=mode, ahead=ahead), 3, a.samples, dev)
+            ms = timing.time_captured(lambda: launch(c, nslot, cw, mode=mode, ahead=ahead, sent=sent, one_fence=one),
+                                      3, a.samples, dev)
             med = statistics.median(ms)
             row = dict(layers=a.layers, hidden=a.hidden, qkv=a.qkv, inter=a.inter, mma=mma, nslot=nslot, cw=cw,
-                       mode=mode, ahead=ahead, rel_err=rel, err=err, ms_median=med, ms=ms, weight_bytes=nbytes,
+                       mode=mode, ahead=ahead, sent=sent, one_fence=one, rel_err=rel, err=err, ms_median=med, ms=ms, weight_bytes=nbytes,
                        lease_gbps=bw["gbps"], gbps=nbytes / (med * 1e-3) / 1e9, us_per_layer=med * 1e3 / a.layers,
                        fraction_of_lease=floor_ms / med, sources=nvrtc.source_digest(SOURCE)[:16])
             if a.trace:
-                row["trace"] = traced(c, nslot, cw, mode, ahead)
+                row["trace"] = traced(c, nslot, cw, mode, ahead, sent, one)
             rows.append(row)
-            print(f"mma {mma} mode {mode} cw {cw} nslot {nslot:2d} ahead {ahead:2d}: {med:.4f} ms "
+            print(f"mma {mma} sent {int(sent)} one fence {int(one)} mode {mode} cw {cw} nslot {nslot:2d} ahead {ahead:2d}: {med:.4f} ms "
                   f"({row['us_per_layer']:.2f} us a layer), {row['gbps']:.0f} GB/s = "
                   f"{100 * row['fraction_of_lease']:.1f}% of the lease; rel err {rel:.2e}, err word {err}")
             for k in KINDS if a.trace else ():
@@ -281,7 +299,6 @@ def main(argv=None) -> int:
             if a.out:
                 with open(a.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
-        del c
     return 0 if all(r["rel_err"] < 1e-2 and r["err"] == 0 for r in rows if r["mode"] == 0) else 1
 
 

@@ -73,6 +73,17 @@ __device__ __forceinline__ u32 ld_acquire(const u32* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ float4 ld_relaxed4(const float* p) {  // a load the compiler may not hoist out of a poll
+  float4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p) : "memory");
+  return v;
+}
+#define SENTINEL 0x7fbadbadu  // a NaN no arithmetic produces: "not written yet" in every output (the host fills them)
+__device__ __forceinline__ bool written(float4 v) {
+  return __float_as_uint(v.x) != SENTINEL && __float_as_uint(v.y) != SENTINEL && __float_as_uint(v.z) != SENTINEL &&
+         __float_as_uint(v.w) != SENTINEL;
+}
 __device__ __forceinline__ void red_release_add(u32* p, u32 v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -147,13 +158,13 @@ __device__ __forceinline__ void stage_pages(const Stage d, const u32* tasks, int
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int g0 = XR ? 0 : (int)(((p * 4 + j) * SEG) % (u32)d.k) / 8;  // the segment's first group of 8 inputs
-      float a = 0.f;
+      float a[2] = {0.f, 0.f};  // two chains a segment: eight in all
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int g = g0 + u * 32 + lane;
-        a = dot8(pg[j * (SEG / 8) + u * 32 + lane], XR ? ra[u] : xa[g], XR ? rb[u] : xb[g], a);
+        a[u & 1] = dot8(pg[j * (SEG / 8) + u * 32 + lane], XR ? ra[u] : xa[g], XR ? rb[u] : xb[g], a[u & 1]);
       }
-      acc[j] = a;
+      acc[j] = a[0] + a[1];
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[slot]);  // the page is read: the loader may refill the slot
@@ -221,9 +232,13 @@ __device__ __forceinline__ void stage_pages_mma(const Stage d, const u32* tasks,
       if (NTL <= 2) rv1 = __ldcg(d.res + (NTL == 1 ? r1 : (int)p * rows + 1));
     }
     const u32 row_addr = smem_u32(smem + slot * PAGE_BYTES) + v_ld * 1024;
-    float acc[NTL][4];
+    // CH independent accumulator chains (k-step t feeds chain t % CH): one chain would serialise 32 mma latencies
+    constexpr int CH = NTL == 1 ? 4 : 2;
+    float acc[NTL][4], part[CH][NTL][4];
 #pragma unroll
-    for (int T = 0; T < NTL; ++T) acc[T][0] = acc[T][1] = acc[T][2] = acc[T][3] = 0.f;
+    for (int c = 0; c < CH; ++c)
+#pragma unroll
+      for (int T = 0; T < NTL; ++T) part[c][T][0] = part[c][T][1] = part[c][T][2] = part[c][T][3] = 0.f;
 #pragma unroll
     for (int t = 0; t < 32; ++t) {  // (whole: br's index must be a constant)
       u32 a0, a1, a2, a3;
@@ -237,9 +252,18 @@ __device__ __forceinline__ void stage_pages_mma(const Stage d, const u32* tasks,
           const int j = (4 * T + (gid & 3)) * 256 + t * 8 + tig;
           b0 = xs[pw(j)], b1 = xs[pw(j + 4)];
         }
-        mma_bf16(acc[T], a0, a1, a2, a3, b0, b1);
+        mma_bf16(part[t % CH][T], a0, a1, a2, a3, b0, b1);
       }
     }
+#pragma unroll
+    for (int T = 0; T < NTL; ++T)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float sum = 0.f;
+#pragma unroll
+        for (int c = 0; c < CH; ++c) sum += part[c][T][e];
+        acc[T][e] = sum;
+      }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[slot]);  // the page is read
     // virtual rows gid (h 0) and gid + 8 (h 1): the entries of D this lane holds that are theirs
@@ -289,12 +313,15 @@ __device__ __forceinline__ void stamp(u64* trace, int stage, int k) {  // trace:
 
 extern "C" __global__ void __launch_bounds__((CW + 1) * 32, 1)
 ws_chain(const Stage* __restrict__ st, int nstage, const u32* __restrict__ tasks, const int* __restrict__ off,
-         u32* cnt, u32* err, float eps, u64 timeout_ns, int mode, u64* trace, int ahead) {
+         u32* cnt, u32* err, float eps, u64 timeout_ns, int mode, u64* trace, int ahead, int sent,
+         int one_fence) {
   // mode (diagnostics, wrong numbers): 1 no dependency waits; 2 no waits and no arithmetic (the stream alone).
   // trace (or null): SM clocks a (block, stage): 0 the consumers reach it, 1 its input is ready, 2 staged, 3 warp 0
   // has done its pages; 4 the loader arms its first page.
   // ahead: the loader asks the L2 for page i + ahead when it arms page i (0: no prefetch), so DRAM keeps streaming
-  // while the ring is full and the consumers wait on a dependency
+  // while the ring is full and the consumers wait on a dependency.
+  // sent: the inputs are polled for the host's SENTINEL instead of a counter (no release, no counter round trip: the
+  // poll is the load). The block's task list is copied to shared memory first.
   extern __shared__ __align__(1024) unsigned char smem[];
   float4* xa = (float4*)(smem + NSLOT * PAGE_BYTES);  // the staged input's first halves (KMAX / 8)
   float4* xb = xa + KMAX / 8;                            // and second halves
@@ -305,11 +332,13 @@ ws_chain(const Stage* __restrict__ st, int nstage, const u32* __restrict__ tasks
   u64* empty = full + NSLOT;
   int* abort_flag = (int*)(empty + NSLOT);
   int* taken = abort_flag + 1;  // the loader's count of pages armed for each consumer warp
+  u32* stk = (u32*)(taken + 8);  // the block's task list
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int* my = off + blockIdx.x * (nstage + 1);
   const int base = my[0], ntask = my[nstage] - base;
   u64* tr = trace ? trace + (size_t)blockIdx.x * nstage * 5 : nullptr;
+  for (int i = tid; i < ntask; i += blockDim.x) stk[i] = tasks[base + i];
   if (tid == 0) {
     for (int i = 0; i < NSLOT; ++i) {
       mbar_init(&full[i], 1);
@@ -326,15 +355,15 @@ ws_chain(const Stage* __restrict__ st, int nstage, const u32* __restrict__ tasks
     if (lane == 0) {
       int last = -1, lo = 0;
       for (int j = NSLOT; j < ahead && j < ntask; ++j) {
-        const u32 t = tasks[base + j];
+        const u32 t = stk[j];
         prefetch_l2((const unsigned char*)st[t >> 16].w + (size_t)(t & 0xffffu) * PAGE_BYTES, PAGE_BYTES);
       }
       for (int i = 0; i < ntask; ++i) {
         if (ahead > 0 && i + ahead < ntask && i + ahead >= NSLOT) {
-          const u32 t = tasks[base + i + ahead];
+          const u32 t = stk[i + ahead];
           prefetch_l2((const unsigned char*)st[t >> 16].w + (size_t)(t & 0xffffu) * PAGE_BYTES, PAGE_BYTES);
         }
-        const u32 t = tasks[base + i];
+        const u32 t = stk[i];
         if ((int)(t >> 16) != last) {  // a stage's first page: its pages go to warps 0, 1, ... in turn
           last = t >> 16, lo = i;
           stamp(tr, last, 4);
@@ -362,7 +391,8 @@ ws_chain(const Stage* __restrict__ st, int nstage, const u32* __restrict__ tasks
       const int e = (u * NT + tid) * 4;
       g[u] = (d.nw && e < d.k) ? __ldg((const float4*)(d.nw + e)) : make_float4(1.f, 1.f, 1.f, 1.f);
     }
-    if (tid == 0 && d.dep >= 0 && !*abort_flag && mode == 0) {
+    const bool poll = sent && d.dep >= 0 && mode == 0;  // the loads below are the wait
+    if (tid == 0 && d.dep >= 0 && !*abort_flag && mode == 0 && !sent) {
       const u64 t0 = now_ns();
       while (ld_acquire(cnt + d.dep) < (u32)d.need) {
         if (now_ns() - t0 > timeout_ns) {
@@ -377,10 +407,27 @@ ws_chain(const Stage* __restrict__ st, int nstage, const u32* __restrict__ tasks
     // the input, staged (through L2: other blocks wrote it in this launch), in halves: elements 8g..8g+3 at xa[g],
     // 8g+4..8g+7 at xb[g], so a lane's two reads of its 8 inputs are each contiguous across the warp. With RMSNorm,
     // x * w is staged and 1 / rms(x) multiplies each output (one pass, one barrier).
+    if (poll) {
+      const u64 t0 = now_ns();
+      for (bool ok = false; !ok;) {
+        ok = true;
 #pragma unroll
-    for (int u = 0; u < XPT; ++u) {  // every load issued before the first store: one L2 round trip, not XPT
-      const int e = (u * NT + tid) * 4;
-      if (e < d.k) v[u] = __ldcg((const float4*)(d.x + e));
+        for (int u = 0; u < XPT; ++u) {
+          const int e = (u * NT + tid) * 4;
+          if (e < d.k) v[u] = ld_relaxed4(d.x + e), ok = ok && written(v[u]);
+        }
+        if (!ok && (*abort_flag || now_ns() - t0 > timeout_ns)) {
+          atomicCAS(err, 0u, 1u + (u32)s);
+          *abort_flag = 1;
+          break;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < XPT; ++u) {  // every load issued before the first store: one L2 round trip, not XPT
+        const int e = (u * NT + tid) * 4;
+        if (e < d.k) v[u] = __ldcg((const float4*)(d.x + e));
+      }
     }
     float ss = 0.f;
 #pragma unroll
@@ -412,18 +459,25 @@ ws_chain(const Stage* __restrict__ st, int nstage, const u32* __restrict__ tasks
     }
     if (tid == 0) stamp(tr, s, 2);
     if (MMA) {
-      if (d.k == 2048) stage_pages_mma<1, true>(d, tasks + base, lo, hi, mode, scale, smem, xh, xl, full, empty, k);
-      else if (d.k == 4096) stage_pages_mma<2, false>(d, tasks + base, lo, hi, mode, scale, smem, xh, xl, full, empty, k);
-      else stage_pages_mma<4, false>(d, tasks + base, lo, hi, mode, scale, smem, xh, xl, full, empty, k);
+      if (d.k == 2048) stage_pages_mma<1, true>(d, stk, lo, hi, mode, scale, smem, xh, xl, full, empty, k);
+      else if (d.k == 4096) stage_pages_mma<2, false>(d, stk, lo, hi, mode, scale, smem, xh, xl, full, empty, k);
+      else stage_pages_mma<4, false>(d, stk, lo, hi, mode, scale, smem, xh, xl, full, empty, k);
     } else if (d.k == SEG) {
-      stage_pages<true>(d, tasks + base, lo, hi, mode, scale, smem, xa, xb, full, empty, k);
+      stage_pages<true>(d, stk, lo, hi, mode, scale, smem, xa, xb, full, empty, k);
     } else {
-      stage_pages<false>(d, tasks + base, lo, hi, mode, scale, smem, xa, xb, full, empty, k);
+      stage_pages<false>(d, stk, lo, hi, mode, scale, smem, xa, xb, full, empty, k);
     }
     if (tid == 0) stamp(tr, s, 3);
-    // this warp's pages of the stage are written: count them, one release a warp and stage (a release waits for the
-    // warp's stores to reach L2: once a stage, not once a page)
-    __syncwarp();
-    if (lane == 0 && lo + warp < hi) red_release_add(cnt + s, (u32)((hi - lo - warp + CW - 1) / CW));
+    // the stage's pages of this block are written: count them. one_fence: once a block, by thread 0 after the
+    // consumers' barrier (the release orders the other warps' stores through it); else once a warp (lane 0 after
+    // __syncwarp). A release waits for its thread's stores to reach L2.
+    if (sent) continue;
+    if (one_fence) {
+      consumers_sync();
+      if (tid == 0) red_release_add(cnt + s, (u32)(hi - lo));
+    } else {
+      __syncwarp();
+      if (lane == 0 && lo + warp < hi) red_release_add(cnt + s, (u32)((hi - lo - warp + CW - 1) / CW));
+    }
   }
 }
