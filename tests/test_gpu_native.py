@@ -481,6 +481,105 @@ def test_cuda_attention_chunks_match_the_reference(heads, kv, warps, chunk):
     _same_cache(vc, vr, list(range(1000, 1020)))
 
 
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("merge", [A.MERGE, *A.MERGES])
+def test_every_merge_launch_the_step_tuner_times_matches_the_reference(d, merge):
+    """Each of the merge's launches the step tuner tries, over Triton's chunks of 64 at ctx 2100, against
+    ref_rope_kv + ref_attention at positions 0, 1, 64, 1000 and 2099."""
+    dev = torch.device("cuda")
+    heads, kv, length = 32, 8, 2100
+    g = torch.Generator("cuda").manual_seed(3)
+    cos, sin = R.rope_tables(torch.rand(d // 2, device=dev, generator=g), length, 1.0, dev)
+    kc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    vc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    sc = A.AttnScratch(heads, kv, d, length, dev, chunk=64, kernel="triton", merge=merge)
+    assert sc.merge == A.merge_launch(d, merge)
+    for p in [0, 1, 64, 1000, 2099]:
+        qkv = torch.randn((heads + 2 * kv) * d, device=dev, generator=g) * 2
+        pos = torch.tensor([p], device=dev, dtype=torch.int32)
+        kr, vr = kc0.clone(), vc0.clone()
+        want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, pos, kr, vr, heads, kv, d), kr, vr, pos, d ** -0.5)
+        got = A.tri_attention(qkv, cos, sin, pos, kc0.clone(), vc0.clone(), heads, d ** -0.5, sc)
+        assert ((got - want).norm() / want.norm()).item() < 1e-2, p
+
+
+@pytest.mark.parametrize("heads, kv, qk_norm", [(32, 8, True), (28, 4, False), (16, 8, False)])
+@pytest.mark.parametrize("kind", ["cluster 16 0", "cluster 16 1", "cluster 8 0", "cluster 8 1", "cluster 4 0",
+                                  "cluster 4 1", "cuda"])
+@pytest.mark.parametrize("length", [2100, 160])
+def test_cuda_attention_clusters_and_qk_norm_match_the_reference(heads, kv, qk_norm, kind, length):
+    """attn_cuda's chunks as one thread-block cluster a KV head, merged through distributed shared memory (and the
+    chunk kernel with Qwen3's q/k norm, merged by Triton), against ref_rope_kv + ref_attention at positions 0, 1, on
+    and past tile and chunk edges and at the cache's end; the new k and v in the cache; with zero_qkv, q/k/v zeroed
+    and the output the same. Then 20 replays of a CUDA graph (PDL as the step launches it) after a kernel that writes
+    q/k/v, the position advancing on the device between them."""
+    dev = torch.device("cuda")
+    d = 128
+    choices, why = A.cluster_choices(dev, heads, kv, d, torch.bfloat16, length)
+    if why:
+        pytest.skip(why)
+    g = torch.Generator("cuda").manual_seed(2)
+    cos, sin = R.rope_tables(torch.rand(d // 2, device=dev, generator=g), length, 1.0, dev)
+    kc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    vc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
+    norm = ((torch.rand(d, device=dev, generator=g) + 0.5, torch.rand(d, device=dev, generator=g) + 0.5, 1e-6)
+            if qk_norm else None)
+    if kind == "cuda":
+        sc = A.AttnScratch(heads, kv, d, length, dev, chunk=64, warps=4, kernel="cuda", qk_norm=qk_norm)
+    else:
+        size, i = map(int, kind.split()[1:])
+        sc = A.AttnScratch(heads, kv, d, length, dev, kernel="cluster", qk_norm=qk_norm)
+        mine = [c for c in choices if c[1] == size]  # (its warps, most first)
+        if len(mine) <= i:
+            pytest.skip(f"no {i + 1} warp counts for clusters of {size} here")
+        sc.use(mine[i])
+    assert sc.backend == kind.split()[0]
+    for p in sorted({0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, sc.chunk - 1, sc.chunk, 3 * sc.chunk + 7,
+                     length - 60, length - 1}):
+        if p >= length:
+            continue
+        qkv = torch.randn((heads + 2 * kv) * d, device=dev, generator=g) * 2
+        pos = torch.tensor([p], device=dev, dtype=torch.int32)
+        kr, vr = kc0.clone(), vc0.clone()
+        want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, pos, kr, vr, heads, kv, d, norm), kr, vr, pos, d ** -0.5)
+        kc, vc = kc0.clone(), vc0.clone()
+        keep = qkv.clone()
+        got = A.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, sc, qk_norm=norm).clone()
+        err = ((got - want).norm() / want.norm()).item()
+        assert err < 1e-2, (p, err)
+        assert torch.equal(qkv, keep)
+        _same_cache(kc, kr, p)
+        _same_cache(vc, vr, p)
+        A.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, sc, zero_qkv=True, qk_norm=norm)
+        assert torch.equal(sc.out, got) and not qkv.any(), p
+    qkv_src = torch.randn((heads + 2 * kv) * d, device=dev, generator=g)
+    qkv = torch.zeros_like(qkv_src)
+    start = length // 2
+    pos = torch.tensor([start], device=dev, dtype=torch.int32)
+    kc, vc = kc0.clone(), vc0.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=s):
+            qkv.add_(qkv_src)
+            A.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, sc, zero_qkv=True, qk_norm=norm)
+            pos.add_(1)
+    torch.cuda.current_stream().wait_stream(s)
+    kr, vr = kc0.clone(), vc0.clone()
+    for i in range(20):
+        p = torch.tensor([start + i], device=dev, dtype=torch.int32)
+        want = R.ref_attention(R.ref_rope_kv(qkv_src, cos, sin, p, kr, vr, heads, kv, d, norm), kr, vr, p,
+                               d ** -0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        err = ((sc.out - want).norm() / want.norm()).item()
+        assert err < 1e-2 and not qkv.any(), (i, err)
+    assert int(pos.item()) == start + 20
+    _same_cache(kc, kr, list(range(start, start + 20)))
+    _same_cache(vc, vr, list(range(start, start + 20)))
+
+
 @pytest.mark.parametrize("heads, kv, qk_norm", [(32, 8, True), (14, 2, False)])
 @pytest.mark.parametrize("chunk, warps", A.chunk_candidates(64, 8))
 def test_triton_attention_chunks_the_step_tuner_tries_match_the_reference(heads, kv, qk_norm, chunk, warps):
