@@ -178,13 +178,11 @@ def test_qk_norm_in_the_attention_kernel_matches_its_reference(pos):
     want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d, norm), kr, vr, p, d ** -0.5)
     kp = kc.clone()
     R.ref_rope_kv(qkv, cos, sin, p, kp, vc.clone(), heads, kv, d)  # without the norm: another k (scale 3 vs ~1)
-    scratch = A.AttnScratch(heads, kv, d, length, "cpu", qk_norm=True)
+    scratch = A.AttnScratch(heads, kv, d, length, "cpu")
     got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, qk_norm=norm)
     assert _rel(got, want) < 2e-2
     assert torch.allclose(kc[:, pos].float(), kr[:, pos].float(), rtol=2 ** -7, atol=1e-6)
     assert _rel(kp[:, pos], kr[:, pos]) > 0.1
-    with pytest.raises(UserError, match="attn_kernel=cluster: no CUDA GPU"):
-        A.attn_backend("cpu", heads, kv, d, torch.bfloat16, length, "cluster", qk_norm=True)
 
 
 def _attention_case(heads, kv, d, length, pos):
@@ -221,17 +219,6 @@ def test_long_context_attention_tiles_and_merge_blocks_match_the_reference(chunk
 
 
 @interpreted
-@pytest.mark.parametrize("merge", A.MERGES)
-def test_every_merge_launch_the_step_tuner_times_matches_the_reference(merge):
-    """Each of the merge's launches the step tuner tries (a head's dims split over programs) over chunks of 16."""
-    heads, kv, d, length, pos = 4, 2, 64, 300, 201
-    qkv, cos, sin, kc, vc, p, want, _ = _attention_case(heads, kv, d, length, pos)
-    scratch = A.AttnScratch(heads, kv, d, length, "cpu", chunk=16)
-    scratch.merge = A.merge_launch(d, merge)
-    assert _rel(A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch), want) < 2e-2
-
-
-@interpreted
 @pytest.mark.parametrize("first, then", [(16, (64, 8)), (16, (32, 4)), (64, (64, 8))])
 def test_a_step_tuner_chunk_runs_on_buffers_sized_for_the_smallest(first, then):
     """The step tuner switches the chunk (AttnScratch.use) on partials' buffers sized for its smallest candidate: the
@@ -244,60 +231,6 @@ def test_a_step_tuner_chunk_runs_on_buffers_sized_for_the_smallest(first, then):
     assert scratch.tile == min(A.ATTN_BL, then[0]) and scratch.warps == then[1]
     got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch)
     assert _rel(got, want) < 2e-2
-
-
-def test_the_step_tuner_times_the_clusters_beside_the_chunks_and_the_merge_inside_o_takes_the_chunks(monkeypatch):
-    """A cluster candidate ("cluster", size, warps) is one more choice of the attention's step tuner: chosen, the
-    scratch runs the clusters (size chunks a KV head, length / size positions each in whole tiles of 16) and keeps the
-    fastest chunk choice as with_partials. The merge inside o needs the chunks' partials: its candidates run with
-    that choice, its "off" trial with the clusters, and the faster stays."""
-    from types import SimpleNamespace
-
-    from floorline.native import o_merge as OM
-
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(TUNER, "step_tuning", {})
-    sc = A.AttnScratch(4, 2, 32, 300, "cpu", chunk=16)
-    sc.cands = [(64, 8), (32, 4), ("cluster", 16, 2), ("cluster", 8, 4)]
-    cost = {(64, 8): 3.0, (32, 4): 2.8, ("cluster", 16, 2): 2.5, ("cluster", 8, 4): 2.7}
-
-    def now():
-        return ("cluster", sc.cluster, sc.warps) if sc.backend == "cluster" else (sc.chunk, sc.warps)
-
-    _fake_step(monkeypatch, lambda: cost[now()])
-    A.retune_in_step(sc, lambda: None, [], warm=lambda: None)
-    assert (sc.backend, sc.nchunk, sc.chunk, sc.warps) == ("cluster", 16, 32, 2)  # 300 / 16 -> 2 tiles of 16
-    assert sc.with_partials == (32, 4) and sc.name() == "cluster 16 x chunk 32 w2"
-    assert TUNER.step_tuning["attn"] == {"chunk 64 w8": 3.0, "chunk 32 w4": 2.8, "cluster 16 w2": 2.5,
-                                         "cluster 8 w4": 2.7}
-    launched = []
-    monkeypatch.setattr(OM, "tri_o_merge", lambda *a, **k: launched.append(sc.backend))
-    net = SimpleNamespace(o_merge_ok=True, persist_on=False, attn=sc, o_merge=None, pos=None, pdl=0,
-                          layers=[{"o": {"w": torch.zeros(8, 128)}}])
-    for merged_ms, want in ((2.4, (sc.with_partials, OM.CANDIDATES[0])), (2.6, (("cluster", 16, 2), None))):
-        sc.use(("cluster", 16, 2))
-        net.o_merge = None
-        _fake_step(monkeypatch, lambda: merged_ms if net.o_merge == OM.CANDIDATES[0] else
-                   9.0 if net.o_merge is not None else cost[now()])
-        OM.retune_in_step(net, lambda: None, [])
-        assert (now(), net.o_merge) == want
-        assert set(launched) == {"triton"}  # the merge inside o only ever ran on the chunks' partials
-
-
-def test_the_step_tuner_times_the_merges_launches_after_the_chunk(monkeypatch):
-    """After the chunk choice, the merge's launches (MERGE, then MERGES as merge_launch fits them to the head) are
-    timed with it and the fastest kept; a merge fixed by the caller is not tuned."""
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(TUNER, "step_tuning", {})
-    sc = A.AttnScratch(4, 2, 128, 300, "cpu", chunk=16)
-    sc.cands = [(64, 8), (32, 4)]
-    _fake_step(monkeypatch, lambda: {(64, 8): 3.0, (32, 4): 2.8}[(sc.chunk, sc.warps)] - 0.1 * (sc.merge == (2, 2)))
-    A.retune_in_step(sc, lambda: None, [], warm=lambda: None)
-    assert (sc.chunk, sc.warps, sc.merge) == (32, 4, (2, 2))
-    assert TUNER.step_tuning["attn"] == {"chunk 64 w8": 3.0, "chunk 32 w4": 2.8, "merge 4 x w1": 2.8,
-                                         "merge 2 x w1": 2.8, "merge 8 x w1": 2.8, "merge 2 x w2": 2.7,
-                                         "merge 1 x w4": 2.8, "merge 4 x w2": 2.8}
-    assert A.AttnScratch(4, 2, 128, 300, "cpu", merge=(2, 2)).merge_cands == []
 
 
 def test_the_step_tuner_tries_smaller_attention_chunks_only_where_the_chunk_is_not_fixed():
@@ -551,7 +484,7 @@ def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_v
     assert A.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 32768) == "triton"
     assert A.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 32768, "cuda") == "triton"
     assert A.AttnScratch(28, 4, 128, 300, "cpu").backend == "triton"
-    with pytest.raises(UserError, match="auto, cuda, triton or cluster"):
+    with pytest.raises(UserError, match="auto, cuda or triton"):
         A.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 300, "fast")
 
 

@@ -23,7 +23,7 @@ def test_the_defaults_and_what_a_string_changes():
 
 @pytest.mark.parametrize("text, says", [
     ("mlp=x", "mlp='x': use fused or gemv"),
-    ("attn_kernel=fast", "use auto or triton or cuda or cluster"),
+    ("attn_kernel=fast", "use auto or triton or cuda"),
     ("attn_chunk=100", "attn_chunk=100: use 0"),
     ("attn_chunk=big", "a number of cache positions"),
     ("pdl=early", "pdl='early': use auto or off"),

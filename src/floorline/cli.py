@@ -574,7 +574,7 @@ def build_parser() -> Parser:
     opts.add_argument("--quant", default="none", help="decoder matrices: none/bf16 (default), nf4, gptq-exllamav2, "
                                                       "awq-marlin, int4-tinygemm, int4-gemlite or int4 (floorline's)")
     opts.add_argument("--native", default="", metavar="NAME=VALUE,...",
-                      help="mode native's options: mlp=fused|gemv, attn_kernel=auto|triton|cuda|cluster, "
+                      help="mode native's options: mlp=fused|gemv, attn_kernel=auto|triton|cuda, "
                            "attn_chunk=0|16..1024, pdl=auto|off, step_tune=on|off (default: the first of each; "
                            "docs/native.md)")
 

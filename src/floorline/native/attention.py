@@ -1,6 +1,4 @@
-"""Decode attention of mode native, batch 1: flash-decoding with RoPE and the KV write folded in, two launches a layer
-(or one: the chunks of a KV head as a thread-block cluster, attn_cuda.cluster_chunks, where the step tuner measured
-it faster).
+"""Decode attention of mode native, batch 1: flash-decoding with RoPE and the KV write folded in, two launches a layer.
 
 1. chunks: one program per (kv head, chunk of the cache) rotates q and k at the current position (read from the
    device: graph-safe); the chunk holding the position writes k and v into the cache; every program scores all query
@@ -170,34 +168,28 @@ def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
 # `auto` takes the CUDA chunk kernel for caches of at least this many positions. H200, native bf16 steps, one process
 # a cell, Triton / CUDA: qwen2.5-7b ctx 2048 3.683 / 3.709 ms, ctx 8192 3.919 / 3.921, ctx 16384 4.089 / 4.006;
 # llama-3.1-8b ctx 16384 4.616 / 4.548; with the CUDA kernel's loads of whole sectors, qwen2.5-7b ctx 8192 3.860 /
-# 3.824, ctx 2048 3.715 / 3.722; llama-3.1-8b ctx 2048 4.072 / 4.059 (ties at 2048; docs/lab/2026-12-02-attention.md)
+# 3.824, ctx 2048 3.715 / 3.722; llama-3.1-8b ctx 2048 4.072 / 4.059 (ties at 2048; docs/lab/2026-12-02-attention.md).
+# With the q/k norm in the CUDA kernel, qwen3-8b ctx 16384 4.979 / 4.393, ctx 2048 3.883 / 3.880
+# (docs/lab/2026-12-03-attn-cluster.md)
 ATTN_CUDA_FROM = 8192
 CUDA_CHUNK_MIN = 64  # attn_cuda's warps each take tiles of 16 positions: a smaller chunk leaves its warps idle
 
 
 def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int, want: str = "auto",
-                 qk_norm: bool = False, chunk: int = 0) -> str:
+                 chunk: int = 0) -> str:
     """Which kernel computes the attention's chunks of a `length`-position cache: "cuda" (attn_cuda, where the GPU and
-    shapes allow it), "triton" or "cluster" (attn_cuda's chunks as one cluster a KV head, merged inside: want cluster
-    only). want (NativeOptions.attn_kernel): auto (cuda from ATTN_CUDA_FROM positions without a q/k norm, where it
-    measured faster), cuda, triton or cluster. The merge is Triton's for cuda and triton. A fixed chunk below
-    CUDA_CHUNK_MIN positions runs in Triton's only."""
-    if want not in ("auto", "cuda", "triton", "cluster"):
-        raise UserError(f"attn_kernel={want!r}: use auto, cuda, triton or cluster (the attention's chunk kernel)")
-    if want == "cluster":
-        if chunk:
-            raise UserError("attn_kernel=cluster sizes its own chunks (length / cluster); drop attn_chunk")
-        why = cluster_choices(device, heads, kv_heads, head_dim, dtype, length)[1]
-        if why:
-            raise UserError(f"attn_kernel=cluster: {why}; use attn_kernel=auto, triton or cuda")
-        return "cluster"
+    shapes allow it) or "triton". want (NativeOptions.attn_kernel): auto (cuda from ATTN_CUDA_FROM positions, where it
+    measured faster), cuda or triton. The merge is Triton's either way. Both normalise q and k where the model has a
+    q/k norm (Qwen3). A fixed chunk below CUDA_CHUNK_MIN positions runs in Triton's only."""
+    if want not in ("auto", "cuda", "triton"):
+        raise UserError(f"attn_kernel={want!r}: use auto, cuda or triton (the attention's chunk kernel)")
     small = 0 < chunk < CUDA_CHUNK_MIN
     if want == "cuda" and small:
         raise UserError(f"attn_kernel=cuda takes chunks of at least {CUDA_CHUNK_MIN} positions, not {chunk}; use "
                         f"attn_kernel=triton or auto")
     if want == "triton" or small or INTERPRET or torch.device(device).type != "cuda":
         return "triton"
-    if want == "auto" and (length < ATTN_CUDA_FROM or qk_norm):  # (no measurement of the CUDA q/k norm at length)
+    if want == "auto" and length < ATTN_CUDA_FROM:
         return "triton"
     from floorline.native import attn_cuda
 
@@ -207,26 +199,6 @@ def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length
     if want == "cuda":
         raise UserError(f"attn_kernel=cuda: {why}; use attn_kernel=triton or auto")
     return "triton"
-
-
-def cluster_choices(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int) -> tuple[list, str | None]:
-    """The step tuner's cluster candidates ("cluster", size, warps) this GPU holds for a step's attention (sizes
-    attn_cuda.CLUSTERS, warps attn_cuda.cluster_warps), and why there are none (one line) or None: a CUDA GPU of
-    compute capability 9.0, the CUDA chunk kernel's shapes, every KV head's cluster resident at once."""
-    device = torch.device(device)
-    if INTERPRET or device.type != "cuda":
-        return [], "no CUDA GPU (thread-block clusters run on NVIDIA GPUs of compute capability 9.0)"
-    from floorline.native import attn_cuda
-
-    why = attn_cuda.unavailable(device, heads, kv_heads, head_dim, dtype)
-    if why is not None:
-        return [], why
-    out, whys = [], []
-    for n in attn_cuda.CLUSTERS:
-        for w in attn_cuda.cluster_warps(attn_cuda.cluster_chunk(length, n)):
-            no = attn_cuda.cluster_unavailable(device, heads, kv_heads, length, n, w)
-            (whys if no else out).append(no or ("cluster", n, w))
-    return out, None if out else whys[-1]
 
 
 CHUNK_LEAST = 16  # the smallest chunk the step tuner tries: one tensor-core tile of positions
@@ -255,24 +227,13 @@ def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int =
     if len(scratch.cands) < 2:
         return
     times = timing.fastest_in_step(scratch.cands, scratch.use, capture, state, reps, warm=warm)
-    TUNER.step_tuning["attn"] = {choice_name(c): round(t, 4) for c, t in times.items()}
-    # the fastest choice with partials in memory, which the merge inside o needs (o_merge.retune_in_step)
-    scratch.with_partials = min((c for c in times if c[0] != "cluster"), key=times.get, default=None)
-    if scratch.backend != "cluster" and scratch.merge_cands:  # then the merge's launch, with that chunk kernel
-        merges = list(dict.fromkeys([scratch.merge] + scratch.merge_cands))
-        mt = timing.fastest_in_step(merges, lambda m: setattr(scratch, "merge", m), capture, state, reps, warm=warm)
-        TUNER.step_tuning["attn"].update({f"merge {a} x w{b}": round(t, 4) for (a, b), t in mt.items()})
-
-
-def choice_name(c: tuple) -> str:
-    return f"cluster {c[1]} w{c[2]}" if c[0] == "cluster" else f"chunk {c[0]} w{c[1]}"
+    TUNER.step_tuning["attn"] = {f"chunk {c} w{w}": round(t, 4) for (c, w), t in times.items()}
 
 
 # (programs a query head, warps a program) of the merge: each program a quarter of the head's dims, one warp, small
 # enough to sit beside a chunk program that fills most of an SM's registers and to start before the chunks end. H200:
 # qwen2.5-7b ctx 16384 3.969 ms against 4.005 with one 4-warp program a head, llama-3.1-8b 4.546 against 4.604
 MERGE = (4, 1)
-MERGES = ((2, 1), (8, 1), (2, 2), (1, 4), (4, 2))  # the merge's other launches the step tuner times
 
 
 def merge_launch(head_dim: int, merge: tuple[int, int] = MERGE) -> tuple[int, int]:
@@ -289,35 +250,20 @@ class AttnScratch:
     kernels' launch parameters. kernel (NativeOptions.attn_kernel) picks the chunk kernel (attn_backend); chunk (0:
     sized to the GPU) the positions a chunk program covers. Triton: tile, warps and pipeline stages of the tile loop
     default to ATTN_BL, 8 warps and ATTN_STAGES. CUDA: warps by attn_cuda.config's rule. pdl: the kernels' PDL switch
-    (pdl.mode). merge: (programs a head, warps) of the merge (MERGE). qk_norm: the step normalises q and k (Qwen3).
+    (pdl.mode). merge: (programs a head, warps) of the merge (MERGE).
     """
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, length: int, device, chunk: int = 0,
                  tile: int | None = None, warps: int | None = None, stages: int | None = None,
-                 dtype=torch.bfloat16, kernel: str = "auto", merge: tuple[int, int] = MERGE, pdl: int | None = None,
-                 qk_norm: bool = False):
+                 dtype=torch.bfloat16, kernel: str = "auto", merge: tuple[int, int] = MERGE, pdl: int | None = None):
         device = torch.device(device)
         self.g = heads // kv_heads
         self.gp = max(16, triton.next_power_of_2(self.g)) if triton is not None else 16
         self.pdl = P.mode("auto", device) if pdl is None else pdl
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel, qk_norm, chunk)
+        self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel, chunk)
         self.length, self.fixed_tile = length, tile
-        # the step tuner's candidates (retune_in_step): (chunk, warps) of the chunk kernel, ("cluster", size, warps)
-        # of the clusters; empty: nothing to choose. with_partials: the tuner's fastest non-cluster choice
-        self.cands, self.with_partials = [], None
-        clusters = []
-        if kernel == "cluster" or (kernel == "auto" and not (chunk or tile or warps)):
-            clusters = cluster_choices(device, heads, kv_heads, head_dim, dtype, length)[0]
-        self.merge = merge_launch(head_dim, merge)
-        self.stages = stages or ATTN_STAGES
-        # the merge's launches the step tuner also times (none where the caller fixed it or nothing is tuned)
-        self.merge_cands = [merge_launch(head_dim, m) for m in MERGES] if merge == MERGE else []
-        if self.backend == "cluster":
-            self.base, self.cands = "cluster", clusters
-            self.use(clusters[0])
-            self._partials(kv_heads, head_dim, length, length, device)
-            return
+        self.cands = []  # (chunk, warps) the step tuner times (retune_in_step); empty: nothing to choose
         if self.backend == "cuda":
             from floorline.native import attn_cuda
 
@@ -328,41 +274,24 @@ class AttnScratch:
             self.warps = warps or 8  # measured on the H200 (a sweep of the kernel: 7.1 us against 8.0 with 4)
             if not (chunk or warps or INTERPRET or device.type != "cuda"):
                 self.cands = chunk_candidates(self.chunk, self.warps)
-        self.base = self.backend
+        self.merge = merge_launch(head_dim, merge)
+        self.stages = stages or ATTN_STAGES
         self.use((self.chunk, self.warps))
-        if self.cands:
-            self.cands += clusters
-        elif clusters:  # (the CUDA chunks, fixed, against the clusters)
-            self.cands = [(self.chunk, self.warps)] + clusters
         # the partials' buffers hold the most chunks any candidate has (their stride, NCHUNK, is theirs)
-        least = min([self.chunk] + [c[0] for c in self.cands if c[0] != "cluster"])
-        self._partials(kv_heads, head_dim, length, least, device)
-
-    def _partials(self, kv_heads: int, head_dim: int, length: int, least: int, device) -> None:
+        least = min([self.chunk] + [c for c, _ in self.cands])
         shape = (kv_heads, -(-length // least), self.gp)
         self.m = torch.empty(shape, device=device, dtype=torch.float32)
         self.l = torch.empty(shape, device=device, dtype=torch.float32)
         self.o = torch.empty(*shape, head_dim, device=device, dtype=torch.float32)
-        self.out = torch.empty(kv_heads * self.g * head_dim, device=device, dtype=torch.float32)
+        self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
 
-    def use(self, choice: tuple) -> None:
-        """Run with (chunk, warps): positions a chunk program covers and its warps, or ("cluster", size, warps): the
-        clusters of `size` chunks a KV head (a step-tuner candidate)."""
-        if choice[0] == "cluster":
-            from floorline.native import attn_cuda
-
-            self.backend, self.cluster, self.warps = choice
-            self.chunk = attn_cuda.cluster_chunk(self.length, self.cluster)
-            self.tile, self.nchunk = 16, self.cluster
-            return
-        self.backend = self.base
+    def use(self, choice: tuple[int, int]) -> None:
+        """Run with (chunk, warps): positions a chunk program covers and its warps (a step-tuner candidate)."""
         self.chunk, self.warps = choice
         self.tile = min(self.fixed_tile or ATTN_BL, self.chunk)
         self.nchunk = -(-self.length // self.chunk)  # the chunk programs a kv head launches
 
     def name(self) -> str:
-        if self.backend == "cluster":
-            return f"cluster {self.cluster} x chunk {self.chunk} w{self.warps}"
         merge = "" if self.merge == (1, 4) else f", merge {self.merge[0]} x w{self.merge[1]}"
         if self.backend == "cuda":
             return f"cuda chunk {self.chunk} w{self.warps}{merge}"
@@ -381,14 +310,6 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     kv_heads, _, d = k_cache.shape
     pdl = 0 if INTERPRET else scratch.pdl
     norm = dict(QN=qk_norm[0], KN=qk_norm[1], QK_EPS=float(qk_norm[2])) if qk_norm is not None else {}
-    if scratch.backend == "cluster":
-        from floorline.native import attn_cuda
-
-        if not merge:
-            raise ValueError("tri_attention: the clusters merge inside; the merge inside o needs a chunk kernel")
-        attn_cuda.cluster_chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.out, scratch.cluster,
-                                 scratch.warps, pdl, qk_norm, zero_qkv)
-        return scratch.out
     if scratch.backend == "cuda":
         from floorline.native import attn_cuda
 

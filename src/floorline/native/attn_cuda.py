@@ -77,9 +77,9 @@ def config(length: int, kv_heads: int, sms: int, chunk: int = 0) -> tuple[int, i
     return w, c
 
 
-def _defines(heads: int, kv_heads: int, warps: int, chunk: int, nchunk: int, gp: int, pdl: int, cluster: int = 0,
-             qkn: bool = False, zq: bool = False) -> tuple:
-    extra = {k: int(v) for k, v in dict(CLUSTER=cluster, QKN=qkn, ZQ=zq).items() if v}  # (0: the source's default)
+def _defines(heads: int, kv_heads: int, warps: int, chunk: int, nchunk: int, gp: int, pdl: int,
+             qkn: bool = False) -> tuple:
+    extra = {"QKN": 1} if qkn else {}  # (absent: the source's default, 0)
     return tuple(dict(G=heads // kv_heads, H=heads, KVH=kv_heads, W=warps, CHUNK=chunk, NCH=nchunk, GP=gp,
                       PDL=pdl, **extra).items())
 
@@ -101,70 +101,14 @@ def _kernel(device_index: int, defines: tuple):
 
 def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l, o, warps: int, chunk: int,
            pdl: int = 0, qk_norm: tuple | None = None) -> None:
-    """The Triton _attn_chunk's contract: RoPE of q and k at `pos` (each head RMS-normalised first with qk_norm's
-    (q weights, k weights, eps)), k and v written to the caches (kv_heads, L, 128) bf16 at `pos`, each live (chunk,
-    kv head)'s partial softmax sums into m, l (kv_heads, nchunk, gp) and o (..., 128), fp32."""
+    """The Triton _attn_chunk's contract: RoPE of q and k at `pos` (each head RMS-normalised first by qk_norm's (q
+    weights, k weights, eps): Qwen3), k and v written to the caches (kv_heads, L, 128) bf16 at `pos`, each live
+    (chunk, kv head)'s partial softmax sums into m, l (kv_heads, nchunk, gp) and o (..., 128), fp32."""
     kv_heads, nchunk, gp = m.shape
-    kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, nchunk, gp, pdl, qkn=qk_norm is not None))
-    nvrtc.launch(kern.func, (nchunk, kv_heads, 1), warps * 32, 0, torch.cuda.current_stream(qkv.device).cuda_stream,
-                 _args(qkv, cos, sin, pos, k_cache, v_cache, m, l, o, scale, o, qk_norm, None), pdl=bool(pdl))
-
-
-def _args(qkv, cos, sin, pos, k_cache, v_cache, m, l, o, scale, out, qk_norm, zq) -> list:
-    qn, kn, eps = qk_norm if qk_norm is not None else (qkv, qkv, 0.0)  # (unread without QKN)
+    kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, nchunk, gp, pdl, qk_norm is not None))
+    qn, kn, eps = qk_norm if qk_norm is not None else (qkv, qkv, 0.0)  # (not read without QKN)
     vals = [ctypes.c_void_p(t.data_ptr()) for t in (qkv, cos, sin, pos, k_cache, v_cache, m, l, o)]
-    vals += [ctypes.c_float(scale), ctypes.c_longlong(k_cache.stride(0))]
-    vals += [ctypes.c_void_p(t.data_ptr()) for t in (out, qn, kn)] + [ctypes.c_float(eps)]
-    return vals + [ctypes.c_void_p((qkv if zq is None else zq).data_ptr())]
-
-
-# -------------------------------------------------------------------------------- the chunks as one cluster a KV head
-# Thread-block clusters (compute capability 9.0): the CLUSTER chunks of a KV head run as one cluster and merge their
-# partials through distributed shared memory at the end, into the attention's output: one launch a layer instead of
-# the chunks and the merge, no partials through L2. A chunk is length / CLUSTER positions (whole tiles of 16).
-CLUSTERS = (16, 8, 4)  # the sizes the step tuner times (16: non-portable, where the GPU holds such clusters)
-
-
-def cluster_chunk(length: int, size: int) -> int:
-    """Cache positions a chunk of a `size`-CTA cluster covers: length / size, up to whole tiles of 16."""
-    return -(-length // (16 * size)) * 16
-
-
-def cluster_warps(chunk: int) -> tuple[int, ...]:
-    """Warps a CTA the step tuner tries: 8 and 4, fewer where the chunk has fewer tiles of 16 than warps (as
-    config's rule). Two CTAs of 4 warps fit an SM, so a cluster of 4-warp CTAs needs half the SMs of one GPC."""
-    out = []
-    for w in (8, 4):
-        while w > 2 and chunk < 16 * w:
-            w //= 2
-        out += [w] if w not in out else []
-    return tuple(out)
-
-
-def cluster_unavailable(device: torch.device, heads: int, kv_heads: int, length: int, size: int,
-                        warps: int) -> str | None:
-    """Why clusters of `size` chunks a KV head (CTAs of `warps` warps) cannot run here (one line), or None: compute
-    capability 9.0 and a GPU that holds all of the launch's clusters at once (cuOccupancyMaxActiveClusters)."""
-    if torch.cuda.get_device_capability(device) < (9, 0):
-        return "thread-block clusters need compute capability 9.0 or newer"
-    chunk = cluster_chunk(length, size)
-    kern = _kernel(device.index if device.index is not None else torch.cuda.current_device(),
-                   _defines(heads, kv_heads, warps, chunk, size, 16, 0, size))
-    held = nvrtc.max_active_clusters(kern.func, (size, kv_heads, 1), warps * 32, 0, size)
-    if held < kv_heads:
-        return f"the GPU holds {held} clusters of {size} CTAs of {warps} warps at once, not the {kv_heads} a step launches"
-    return None
-
-
-def cluster_chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, out, size: int, warps: int,
-                   pdl: int = 0, qk_norm: tuple | None = None, zero_qkv: bool = False) -> None:
-    """tri_attention's whole contract in one launch: RoPE (after the q/k norm where qk_norm is given), this token's k
-    and v into the caches at `pos`, and the attention of every query head over positions 0..pos into out (fp32,
-    heads x 128); with zero_qkv, each KV head's q/k/v rows zeroed once its cluster has read them."""
-    kv_heads, length, _ = k_cache.shape
-    chunk = cluster_chunk(length, size)
-    kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, size, 16, pdl, size,
-                                              qkn=qk_norm is not None, zq=zero_qkv))
-    nvrtc.launch(kern.func, (size, kv_heads, 1), warps * 32, 0, torch.cuda.current_stream(qkv.device).cuda_stream,
-                 _args(qkv, cos, sin, pos, k_cache, v_cache, out, out, out, scale, out, qk_norm,
-                       qkv if zero_qkv else None), pdl=bool(pdl), cluster=size)
+    vals += [ctypes.c_float(scale), ctypes.c_longlong(k_cache.stride(0)), ctypes.c_void_p(qn.data_ptr()),
+             ctypes.c_void_p(kn.data_ptr()), ctypes.c_float(eps)]
+    nvrtc.launch(kern.func, (nchunk, kv_heads, 1), warps * 32, 0, torch.cuda.current_stream(qkv.device).cuda_stream,
+                 vals, pdl=bool(pdl))

@@ -110,8 +110,7 @@ class NativeModel:
         self.logits = torch.zeros(self.lm_head.shape[0], **f32)
         self.next_state = E.next_token_state(dev) if self.ops == "triton" else None
         self.attn = (A.AttnScratch(h, kv, d, self.max_len, dev, chunk=self.options.attn_chunk, dtype=self.embed.dtype,
-                                   kernel=self.options.attn_kernel, pdl=self.pdl,
-                                   qk_norm=self.layers[0]["qk_norm"] is not None) if self.ops == "triton" else None)
+                                   kernel=self.options.attn_kernel, pdl=self.pdl) if self.ops == "triton" else None)
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"

@@ -14,9 +14,6 @@ from pathlib import Path
 import torch
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
-CLUSTER_DIMENSION = 4  # CUlaunchAttributeID
-NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute
-PORTABLE_CLUSTER = 8  # the most CTAs a cluster may have on every GPU that has clusters (compute capability 9.0)
 
 HEADERS = ("pdl.cuh",)  # what the .cu files may include
 
@@ -116,43 +113,18 @@ def libcuda():
     return torch.cuda._utils._get_gpu_runtime_library()
 
 
-def launch(func, grid: tuple, block: int, shared: int, stream: int, vals: list, pdl: bool = False,
-           cluster: int = 0) -> None:
+def launch(func, grid: tuple, block: int, shared: int, stream: int, vals: list, pdl: bool = False) -> None:
     """cuLaunchKernelEx of `func` with arguments `vals` (ctypes values), on `stream`; pdl: the launch may start while
-    the previous kernel runs (programmatic stream serialization); cluster > 0: thread-block clusters of `cluster`
-    CTAs along x (compute capability 9.0; more than PORTABLE_CLUSTER where the GPU allows it)."""
+    the previous kernel runs (programmatic stream serialization)."""
     args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
-    cfg = _config(func, grid, block, shared, stream, pdl, cluster)
-    torch.cuda._utils._check_cuda(libcuda().cuLaunchKernelEx(ctypes.byref(cfg), func, args, None))
-
-
-def _config(func, grid: tuple, block: int, shared: int, stream: int, pdl: bool, cluster: int) -> LaunchConfig:
     cfg = LaunchConfig()
     cfg.grid[:] = grid
     cfg.block[:] = (block, 1, 1)
     cfg.shared = shared
     cfg.stream = stream
-    attrs = []
+    attr = LaunchAttr()
     if pdl:
-        a = LaunchAttr(id=PROGRAMMATIC_STREAM_SERIALIZATION)
-        a.value[0] = 1  # programmaticStreamSerializationAllowed
-        attrs.append(a)
-    if cluster:
-        if cluster > PORTABLE_CLUSTER:
-            torch.cuda._utils._check_cuda(libcuda().cuFuncSetAttribute(func, NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
-        a = LaunchAttr(id=CLUSTER_DIMENSION)
-        a.value[0:3] = (cluster, 1, 1)
-        attrs.append(a)
-    if attrs:
-        cfg.keep = (LaunchAttr * len(attrs))(*attrs)  # (kept alive with the config)
-        cfg.attrs, cfg.nattrs = ctypes.cast(cfg.keep, ctypes.POINTER(LaunchAttr)), len(attrs)
-    return cfg
-
-
-def max_active_clusters(func, grid: tuple, block: int, shared: int, cluster: int) -> int:
-    """How many clusters of `cluster` CTAs of `func` the GPU can hold at once (cuOccupancyMaxActiveClusters); 0:
-    none (the launch would fail)."""
-    n = ctypes.c_int(0)
-    cfg = _config(func, grid, block, shared, None, False, cluster)
-    err = libcuda().cuOccupancyMaxActiveClusters(ctypes.byref(n), func, ctypes.byref(cfg))
-    return n.value if err == 0 else 0
+        attr.id = PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value[0] = 1  # programmaticStreamSerializationAllowed
+        cfg.attrs, cfg.nattrs = ctypes.pointer(attr), 1
+    torch.cuda._utils._check_cuda(libcuda().cuLaunchKernelEx(ctypes.byref(cfg), func, args, None))

@@ -112,25 +112,15 @@ def retune_in_step(net, capture, state: list, reps: int = 30) -> None:
 
     if not net.o_merge_ok or net.persist_on:  # the persistent kernel has its own merge tasks
         return
-    att = net.attn
-    # the attention's clusters merge inside themselves: the merge inside o runs with the tuner's fastest chunk
-    # kernel instead (its partials in memory), and None keeps the clusters
-    clusters = ("cluster", att.cluster, att.warps) if att.backend == "cluster" else None
-    if clusters is not None and att.with_partials is None:
-        return
     w = net.layers[0]["o"]["w"]
     junk = torch.zeros(w.shape[0], device=w.device, dtype=torch.float32)
 
-    def use(c):
-        net.o_merge = c
-        if clusters is not None:
-            att.use(clusters if c is None else att.with_partials)
-
     def warm():  # a launch into a scratch vector (None: the merge kernel and the o GEMV, compiled already)
         if net.o_merge is not None:
-            tri_o_merge(w, att, net.pos, junk, net.o_merge, pdl=net.pdl)
+            tri_o_merge(w, net.attn, net.pos, junk, net.o_merge, pdl=net.pdl)
 
-    times = timing.fastest_in_step([None] + CANDIDATES, use, capture, state, reps, warm=warm)
+    times = timing.fastest_in_step([None] + CANDIDATES, lambda c: setattr(net, "o_merge", c), capture, state, reps,
+                                   warm=warm)
     TUNER.step_tuning["o_merge"] = {("off" if c is None else name(c)): round(t, 4) for c, t in times.items()}
 
 

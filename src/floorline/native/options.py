@@ -5,8 +5,7 @@
               (what int4 and tensor-parallel steps always run). H200, ctx 2048: qwen2.5-7b 3.475 ms fused against
               3.610, llama-3.1-8b 3.789 against 3.891.
   attn_kernel auto: the CUDA chunk kernel (attn_cuda.py) from ATTN_CUDA_FROM cache positions where it builds, Triton's
-              below, and the step tuner also times the chunks as one thread-block cluster a KV head (compute
-              capability 9.0) | triton | cuda | cluster (the clusters only, their size tuned)
+              below | triton | cuda
   attn_chunk  cache positions an attention program covers: 0 (the default) sizes it to fill the GPU, and the step
               tuner also tries its half and quarter; 16..1024 fixes it (the CUDA kernel: 64..1024)
   pdl         auto: programmatic dependent launch where the GPU has it (Hopper and newer) | off (plain stream order)
@@ -25,7 +24,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from floorline.core.errors import UserError
 
 MLPS = ("fused", "gemv")
-ATTN_KERNELS = ("auto", "triton", "cuda", "cluster")
+ATTN_KERNELS = ("auto", "triton", "cuda")
 ATTN_CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024)
 PDLS = ("auto", "off")
 PERSISTS = ("off", "on", "auto")

@@ -480,8 +480,7 @@ class PersistStep:
         512 positions (no merge tasks) and the native step's own chunk length beyond."""
         net = self.net
         return self.fixed_chunk or self.config.chunk or (
-            max(64, triton.next_power_of_2(net.max_len)) if net.max_len <= 512
-            else max(triton.next_power_of_2(net.attn.chunk), 64))  # (a cluster's chunk is whole tiles of 16)
+            max(64, triton.next_power_of_2(net.max_len)) if net.max_len <= 512 else max(net.attn.chunk, 64))
 
     @property
     def nchunk(self) -> int:

@@ -1,15 +1,7 @@
 #include "pdl.cuh"
-// CLUSTER > 0: the CLUSTER chunks of a KV head are one thread-block cluster (grid.x = CLUSTER), merged at the end
-// through distributed shared memory into out (no partials in global memory, no merge launch). QKN: q and k
-// RMS-normalised per head first (Qwen3). ZQ (with CLUSTER): the KV head's q/k/v rows zeroed once read.
-#ifndef CLUSTER
-#define CLUSTER 0
-#endif
+// QKN: q and k RMS-normalised per head before the rotation (Qwen3's q/k norm), by the weights qnw, knw (fp32, D).
 #ifndef QKN
 #define QKN 0
-#endif
-#ifndef ZQ
-#define ZQ 0
 #endif
 typedef unsigned short u16;
 #define D 128
@@ -38,22 +30,6 @@ __device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u3
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-
-#if CLUSTER
-__device__ __forceinline__ void cluster_sync() {  // every thread of the cluster; shared-memory writes made visible
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ u32 in_cta(const void* p, u32 rank) {  // p's address in CTA `rank`'s shared memory
-  u32 r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((u32)__cvta_generic_to_shared(p)), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float ld_cluster(u32 a) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-  return v;
-}
-#endif
 
 struct Tile {  // one tile's loads: K rows 16t + 8b + lane/4 (16 bytes at dims 32i + 8(lane%4), i < 4); V rows 16t +
   uint4 k[2][4];  // {0,1,8,9} + 2(lane%4) (16 bytes at dims 64h + 8(lane/4), h < 2). Every load instruction covers whole
@@ -128,8 +104,8 @@ __device__ __forceinline__ void attend(const Tile& a, const u32* q, int t, int p
 extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
     const float* __restrict__ qkv, const float* __restrict__ cosT, const float* __restrict__ sinT,
     const int* __restrict__ posp, u16* __restrict__ kc, u16* __restrict__ vc, float* __restrict__ mo,
-    float* __restrict__ lo, float* __restrict__ oo, float scale, long long skh, float* __restrict__ out,
-    const float* __restrict__ qnw, const float* __restrict__ knw, float eps, float* __restrict__ zq) {
+    float* __restrict__ lo, float* __restrict__ oo, float scale, long long skh, const float* __restrict__ qnw,
+    const float* __restrict__ knw, float eps) {
   __shared__ __align__(16) u16 qs[8 * D];  // q x scale, rotated, bf16 [head][dim] (heads past G zero)
   __shared__ float kn[D], vn[D], snew[8];
   __shared__ float wm[W][8], wl[W][8];
@@ -138,13 +114,8 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   const int c = blockIdx.x, kvh = blockIdx.y;
   const int pos = *posp;
   const int start = c * CHUNK;
-#if CLUSTER
-  const bool live = start <= pos;  // a chunk past the position enters the cluster's merge as nothing (l = 0)
-#else
   if (start > pos) return;  // a chunk past the position: the merge reads only chunks 0..pos/CHUNK
-  const bool live = true;
-#endif
-  const bool own = live && pos < start + CHUNK;  // this chunk holds pos: this token's k and v are its to enter
+  const bool own = pos < start + CHUNK;  // this chunk holds pos: this token's k and v are its to write and enter
   const int T = (pos + 15) >> 4;  // tiles of cached positions 0..pos-1
   const int tend = min(T, c * CT + CT);
   const u16* kb = kc + kvh * skh;
@@ -159,22 +130,24 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   // q (rotated, x scale, bf16) of the G query heads into shared memory, four dims a thread; the owner also the
   // rotated k and the v of this token (rounded as the cache holds them), written to the cache
   // (a warp's 32 lanes hold one row's 128 dims in every pass: the q/k norm's sum is a warp's)
-  for (int e = tid; e < (live ? (own ? G + 2 : G) : 0) * (D / 4); e += NT) {
+  for (int e = tid; e < (own ? G + 2 : G) * (D / 4); e += NT) {
     const int row = e / (D / 4), d = (e % (D / 4)) * 4;
     const int src = row < G ? kvh * G + row : row == G ? H + kvh : H + KVH + kvh;
     float4 x = *reinterpret_cast<const float4*>(qkv + src * D + d);
     if (row <= G) {
-      float4 pr = *reinterpret_cast<const float4*>(qkv + src * D + (d + D / 2) % D);
 #if QKN
+      float4 pr = *reinterpret_cast<const float4*>(qkv + src * D + (d + D / 2) % D);
       float ss = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
 #pragma unroll
       for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-      const float r = rsqrtf(ss / D + eps);
+      const float r = rsqrtf(ss / D + eps);  // 1 / rms over the head's D dims, as the Triton kernel's _rope
       const float* nw = row < G ? qnw : knw;
       const float4 w = *reinterpret_cast<const float4*>(nw + d);
       const float4 wp = *reinterpret_cast<const float4*>(nw + (d + D / 2) % D);
       x = make_float4(x.x * r * w.x, x.y * r * w.y, x.z * r * w.z, x.w * r * w.w);
       pr = make_float4(pr.x * r * wp.x, pr.y * r * wp.y, pr.z * r * wp.z, pr.w * r * wp.w);
+#else
+      const float4 pr = *reinterpret_cast<const float4*>(qkv + src * D + (d + D / 2) % D);
 #endif
       const float4 cv = *reinterpret_cast<const float4*>(cs + d), sv = *reinterpret_cast<const float4*>(sn + d);
       const float sg = d < D / 2 ? -1.f : 1.f;
@@ -238,12 +211,7 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
     wo[warp][2 * t4 + 1][d + 1] = o[mb][3];
   }
   __syncthreads();
-#if CLUSTER
-  __shared__ float cm[8], cl[8];
-  __shared__ __align__(16) float co[8][D];
-#else
   const long long part = ((long long)kvh * NCH + c) * GP;
-#endif
   for (int e = tid; e < G * D; e += NT) {  // the chunk's partial: its warps' (and the owner's this token)
     const int g = e / D, d = e % D;
     float M = own ? snew[g] : -1e30f;
@@ -261,44 +229,10 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
       L += f * wl[w][g];
       O += f * wo[w][g][d];
     }
-#if CLUSTER
-    co[g][d] = O;
-    if (d == 0) {
-      cm[g] = M;
-      cl[g] = L;
-    }
-#else
     oo[(part + g) * D + d] = O;
     if (d == 0) {
       mo[part + g] = M;
       lo[part + g] = L;
     }
-#endif
   }
-#if CLUSTER
-  cluster_sync();  // every chunk's partial is in its CTA's shared memory (and every q/k/v read of the cluster done)
-#if ZQ
-  for (int e = c * NT + tid; e < (G + 2) * D; e += CLUSTER * NT) {  // the KV head's rows: its q heads, k, v
-    const int row = e / D;
-    zq[(row < G ? kvh * G + row : row == G ? H + kvh : H + KVH + kvh) * D + e % D] = 0.f;
-  }
-#endif
-  // the merge: chunk c combines a share of the G x D outputs over the cluster's chunks, read from their shared memory
-  constexpr int PER = (G * D + CLUSTER - 1) / CLUSTER;
-  for (int e = c * PER + tid; e < min(G * D, (c + 1) * PER); e += NT) {
-    const int g = e / D, d = e % D;
-    float mx = -1e30f, den = 0.f, num = 0.f;
-#pragma unroll
-    for (int r = 0; r < CLUSTER; r++) {
-      const float mr = ld_cluster(in_cta(&cm[g], r)), lr = ld_cluster(in_cta(&cl[g], r));
-      const float orr = ld_cluster(in_cta(&co[g][d], r));
-      const float mn = fmaxf(mx, mr), a = __expf(mx - mn), w = __expf(mr - mn);
-      den = den * a + w * lr;
-      num = num * a + w * orr;
-      mx = mn;
-    }
-    out[(kvh * G + g) * D + d] = num / den;
-  }
-  cluster_sync();  // no CTA leaves while another may still read its shared memory
-#endif
 }
