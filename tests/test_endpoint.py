@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -91,13 +92,17 @@ def test_transformers_serve_records(endpoint_records):
         assert r["mode"] == "endpoint" and r["kind"] == "cell" and r["valid"] is True, r.get("reason")
         assert r["endpoint_url"].startswith("http://127.0.0.1:") and r["endpoint_url"].endswith("/v1")
         assert r["endpoint_server_header"] == "uvicorn"
-        # as many tokens as asked, one per event, the warm-up dropped
+        # as many tokens as asked, the warm-up dropped; one per event, unless the server sent two queued tokens as
+        # one event (transformers 5.25 serve does at times): then the tokens are spread evenly over the events and
+        # the counts marked inexact, each gap one sample
         assert r["completion_tokens"] == r["max_tokens"] == 1 + WARMUP + STEPS
-        assert r["tokens_per_event"] == [1] * r["max_tokens"] and r["tokens_per_event_exact"] is True
-        assert len(r["itl_ms"]) == WARMUP + STEPS and r["samples_ms"] == r["itl_ms"][WARMUP:]
+        exact = r["token_events"] == r["max_tokens"]
+        assert r["tokens_per_event_exact"] is exact and sum(r["tokens_per_event"]) == pytest.approx(r["max_tokens"])
+        assert r["tokens_per_event"] == [r["max_tokens"] / r["token_events"]] * r["token_events"]
+        assert len(r["itl_ms"]) == sum(max(1, round(k)) for k in r["tokens_per_event"][1:])
+        assert r["samples_ms"] == r["itl_ms"][WARMUP:]
         assert all(x > 0 for x in r["samples_ms"]) and r["ttft_ms"] > 0
-        assert r["step_ms_median"] == pytest.approx(sorted(r["samples_ms"])[STEPS // 2 - 1: STEPS // 2 + 1][0] / 2
-                                                    + sorted(r["samples_ms"])[STEPS // 2] / 2)
+        assert r["step_ms_median"] == pytest.approx(statistics.median(r["samples_ms"]))
         # the exact prompt length (the server counted it), and the floor of the tiny model at it
         assert r["prompt_tokens"] == r["ctx"] and r["floor_ctx"] == r["ctx"]
         assert r["floor_bytes"] == floor.floor(a, r["ctx"]).bytes
@@ -292,7 +297,8 @@ def test_ab_endpoint_against_a_floorline_mode(served, tmp_path):
     eps = [r for r in cells if r["mode"] == "endpoint"]
     for r in eps:
         assert r["valid"] and r["endpoint_served_model"] == str(d) and r["completion_tokens"] == 1 + 1 + 4
-        assert len(r["samples_ms"]) == 4 and all(x > 0 for x in r["samples_ms"])
+        assert all(x > 0 for x in r["samples_ms"]) and len(r["samples_ms"]) == len(r["itl_ms"]) - 1
+        assert len(r["samples_ms"]) == 4 or not r["tokens_per_event_exact"]  # (two tokens sent as one event)
     # a fresh prompt per session: seeded by the session and the attempt
     seeds = [r["endpoint_prompt_seed"] for r in eps]
     assert [sd[2] for sd in seeds] == [0, 1] and seeds[0][3] != seeds[1][3]
