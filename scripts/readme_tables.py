@@ -151,7 +151,8 @@ def h200_today() -> str:
             rows.append(f"| {r['model']} | {r['ctx']} | {r['mode']} | - | {fl:.3f} | - | - | "
                         f"{'; '.join(note + [(r.get('reason') or '')[:160]])} |")
             continue
-        rows.append(f"| {r['model']} | {r['ctx']} | {r['mode']} | {r['step_ms_median']:.3f} | "
+        mode = r["mode"] + (" int4" if r.get("quant") == "int4" else "")  # (int4: its own floor, codes and scales)
+        rows.append(f"| {r['model']} | {r['ctx']} | {mode} | {r['step_ms_median']:.3f} | "
                     f"{r['floor_ms_peak']:.3f} | {100 * r['fraction_of_floor_peak']:.1f}% | "
                     f"{100 * r['fraction_of_floor_measured']:.1f}% | {'; '.join(note)} |")
     dev = recs[0]["device_name"] if recs else "-"
