@@ -135,8 +135,8 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
     const int src = row < G ? kvh * G + row : row == G ? H + kvh : H + KVH + kvh;
     float4 x = *reinterpret_cast<const float4*>(qkv + src * D + d);
     if (row <= G) {
-#if QKN
       float4 pr = *reinterpret_cast<const float4*>(qkv + src * D + (d + D / 2) % D);
+#if QKN
       float ss = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
 #pragma unroll
       for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
@@ -146,8 +146,6 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
       const float4 wp = *reinterpret_cast<const float4*>(nw + (d + D / 2) % D);
       x = make_float4(x.x * r * w.x, x.y * r * w.y, x.z * r * w.z, x.w * r * w.w);
       pr = make_float4(pr.x * r * wp.x, pr.y * r * wp.y, pr.z * r * wp.z, pr.w * r * wp.w);
-#else
-      const float4 pr = *reinterpret_cast<const float4*>(qkv + src * D + (d + D / 2) % D);
 #endif
       const float4 cv = *reinterpret_cast<const float4*>(cs + d), sv = *reinterpret_cast<const float4*>(sn + d);
       const float sg = d < D / 2 ? -1.f : 1.f;
