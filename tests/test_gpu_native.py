@@ -569,6 +569,49 @@ def test_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
         assert err < 1e-4 and torch.equal(x, x0) and not zero.any(), c
 
 
+@pytest.mark.parametrize("hidden, inter", [(4096, 12288), (2048, 8192), (896, 4864)])
+def test_fused_mlp_tiles_by_ticket_in_launches_back_to_back_and_in_a_graph(hidden, inter):
+    """mlp._mlp_dyn under PDL, every candidate by ticket: 8 launches of one counter back to back (a launch's programs
+    start while the one before still hands out tiles), then a CUDA graph of 4 such launches replayed 5 times. Each
+    output against the reference, and the counter a multiple of what a launch adds after each batch (a ticket taken
+    across two launches would break both)."""
+    import triton
+
+    from floorline.native import mlp as M
+
+    g = torch.Generator("cuda").manual_seed(7)
+    gate_up = (torch.randn(2 * inter, hidden, device="cuda", generator=g) * 0.02).bfloat16()
+    down_t = (torch.randn(inter, hidden, device="cuda", generator=g) * 0.02).bfloat16()
+    norm_w = torch.rand(hidden, device="cuda", generator=g) + 0.5
+    x = torch.randn(hidden, device="cuda", generator=g)
+    want = M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for c in [c for c in M.fitting(inter, hidden) if len(c) > 3]:
+        progs = sms * c[2]
+        cnt = M._counter(x.device, (hidden, inter, c[0], progs))
+        p = triton.next_power_of_2(max(triton.cdiv(inter, c[0]) - progs, progs))
+        outs = torch.zeros(8, hidden, device="cuda")
+        zeros = torch.ones(8, hidden, device="cuda")
+        for n in range(8):
+            M.tri_mlp(gate_up, down_t, x, outs[n], zeros[n], norm_w, 1e-6, config=c)
+        torch.cuda.synchronize()
+        errs = [((o - want).norm() / want.norm()).item() for o in outs]
+        assert max(errs) < 1e-4 and not zeros.any() and int(cnt.item()) % p == 0, (c, errs, int(cnt.item()), p)
+        gouts = torch.zeros(4, hidden, device="cuda")
+        gzero = torch.ones(4, hidden, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for n in range(4):
+                M.tri_mlp(gate_up, down_t, x, gouts[n], gzero[n], norm_w, 1e-6, config=c)
+        for _ in range(5):
+            gouts.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            errs = [((o - want).norm() / want.norm()).item() for o in gouts]
+            assert max(errs) < 1e-4 and int(cnt.item()) % p == 0, (c, errs, int(cnt.item()), p)
+        print(f"fused mlp by ticket {hidden}x{inter} {c}: 8 launches and 5 replays of 4, rel err <= {max(errs):.2e}")
+
+
 def test_floorline_check_passes_on_a_tiny_models_shapes():
     """`floorline check`'s rows (bench/check.py) on tiny-llama's shapes, unchecked rows none: every kernel of the step
     (bf16 and int4 GEMVs, the fused MLP, the attention, the step's ends) against its reference on this GPU."""

@@ -128,7 +128,7 @@ def mlp_row(a, dev, timed: bool) -> Row:
     err = _rel(out, mlp.ref_mlp(gu, dt, x, nw, 1e-6))
     ok = err <= GEMV_TOLERANCE and not zero.any()
     choice = _tuner().mlp_choice.get((h, i)) or mlp.fitting(i, h)[0]
-    row = Row("mlp (norm, silu*up, down, +res)", "bf16", f"3x{i}x{h}", "bj{} w{} x{}".format(*choice),
+    row = Row("mlp (norm, silu*up, down, +res)", "bf16", f"3x{i}x{h}", mlp.name(choice),
               3 * i * h * 2, err, ok)
     if timed and ok:
         ops = [(gu, dt)] + [(gu.clone(), dt.clone()) for _ in range(_copies(row.bytes, dev) - 1)]
