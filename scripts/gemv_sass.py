@@ -47,7 +47,7 @@ def compiled(kernel, const: dict, warps: int, pointers: dict = POINTERS, ints=("
         pointers = {**pointers, "W": "*i32"}
     sig = {n: pointers.get(n, "i32" if n in ints else "fp32" if n in ("eps", "scale") else "constexpr")
            for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *divisible) if n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *divisible)}
     src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()}, attrs=attrs)
     options = dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
@@ -82,10 +82,10 @@ def summary(code: str) -> dict:
             "barriers": code.count("BAR.SYNC")}
 
 
-MLP_POINTERS = dict(WGU="*bf16", WDT="*bf16", X="*fp32", NW="*fp32", XO="*fp32", XZ="*fp32", CNT="*i32")
+MLP_POINTERS = dict(WGU="*bf16", WDT="*bf16", X="*fp32", NW="*fp32", XO="*fp32", XZ="*fp32")
 
 
-def mlp_sass(fn, bj: int, warps: int, hidden: int, pdl: int) -> str:
+def mlp_sass(fn, bj: int, warps: int, hidden: int, pdl: int, two: int = 0) -> str:
     """The SASS of mlp._mlp (or a revision's: one with the split switch gets its row split) for sm_90, as `sass`
     gives the GEMV's."""
     import triton
@@ -93,7 +93,9 @@ def mlp_sass(fn, bj: int, warps: int, hidden: int, pdl: int) -> str:
     const = dict(BJ=bj, HP=triton.next_power_of_2(hidden), PDL=pdl)
     if "SPLIT" in fn.arg_names:
         const["SPLIT"] = 1
-    return sass(fn, const, warps, pointers=MLP_POINTERS, ints=("H", "I", "TILES", "PM", "EXTRA"), divisible=("H", "I"))
+    if two:  # mlp._mlp's TWO form
+        const["TWO"] = 1
+    return sass(fn, const, warps, pointers=MLP_POINTERS, ints=("H", "I", "TILES"), divisible=("H", "I"))
 
 
 def residency(regs: int, shared: int, warps: int) -> int:

@@ -33,15 +33,30 @@ def test_native_agrees_with_hf_in_bf16(name, quant_name):
                                               ("llama-3.2-3b", None), ("llama-3.2-1b", "int4")])
 def test_small_models_agree_with_hf_with_the_step_tuners_small_model_choices(name, quant_name):
     """Issue 38's models, 32 steps against HF fp32 as above, with the choices the step tuner makes for them on the
-    H200: 16-position attention chunks of 4 warps and (bf16) the merge inside the o GEMV."""
+    H200: 16-position attention chunks of 4 warps, (bf16) the merge inside the o GEMV and, at hidden sizes up to 2048,
+    the fused MLP's form with two tiles before the wait (mlp.SMALL_TWO)."""
+    from floorline.native import mlp as M
     from floorline.native import o_merge as OM
+    from floorline.native.tuner import TUNER
+
+    a = zoo.ZOO[name]
+    key = (a.hidden, a.intermediate)
+    before = TUNER.mlp_choice.get(key)
 
     def tweak(net):
         net.attn.use((16, 4))
         if net.o_merge_ok:
             net.o_merge = OM.CANDIDATES[0]
+        if a.hidden <= 2048:
+            TUNER.mlp_choice[key] = M.SMALL_TWO[0]
 
-    _agreement(name, quant_name, ctx=256, steps=STEPS, tweak=tweak)
+    try:
+        _agreement(name, quant_name, ctx=256, steps=STEPS, tweak=tweak)
+    finally:
+        if before is None:
+            TUNER.mlp_choice.pop(key, None)
+        else:
+            TUNER.mlp_choice[key] = before
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-7b", "llama-3.1-8b", "qwen3-8b"])
@@ -567,49 +582,6 @@ def test_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
         err = ((out - want).norm() / want.norm()).item()
         print(f"fused mlp {hidden}x{inter} {c}: rel err vs torch {err:.2e}")
         assert err < 1e-4 and torch.equal(x, x0) and not zero.any(), c
-
-
-@pytest.mark.parametrize("hidden, inter", [(4096, 12288), (2048, 8192), (896, 4864)])
-def test_fused_mlp_tiles_by_ticket_in_launches_back_to_back_and_in_a_graph(hidden, inter):
-    """mlp._mlp_dyn under PDL, every candidate by ticket: 8 launches of one counter back to back (a launch's programs
-    start while the one before still hands out tiles), then a CUDA graph of 4 such launches replayed 5 times. Each
-    output against the reference, and the counter a multiple of what a launch adds after each batch (a ticket taken
-    across two launches would break both)."""
-    import triton
-
-    from floorline.native import mlp as M
-
-    g = torch.Generator("cuda").manual_seed(7)
-    gate_up = (torch.randn(2 * inter, hidden, device="cuda", generator=g) * 0.02).bfloat16()
-    down_t = (torch.randn(inter, hidden, device="cuda", generator=g) * 0.02).bfloat16()
-    norm_w = torch.rand(hidden, device="cuda", generator=g) + 0.5
-    x = torch.randn(hidden, device="cuda", generator=g)
-    want = M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for c in [c for c in M.fitting(inter, hidden) if len(c) > 3]:
-        progs = sms * c[2]
-        cnt = M._counter(x.device, (hidden, inter, c[0], progs))
-        p = triton.next_power_of_2(max(triton.cdiv(inter, c[0]) - progs, progs))
-        outs = torch.zeros(8, hidden, device="cuda")
-        zeros = torch.ones(8, hidden, device="cuda")
-        for n in range(8):
-            M.tri_mlp(gate_up, down_t, x, outs[n], zeros[n], norm_w, 1e-6, config=c)
-        torch.cuda.synchronize()
-        errs = [((o - want).norm() / want.norm()).item() for o in outs]
-        assert max(errs) < 1e-4 and not zeros.any() and int(cnt.item()) % p == 0, (c, errs, int(cnt.item()), p)
-        gouts = torch.zeros(4, hidden, device="cuda")
-        gzero = torch.ones(4, hidden, device="cuda")
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for n in range(4):
-                M.tri_mlp(gate_up, down_t, x, gouts[n], gzero[n], norm_w, 1e-6, config=c)
-        for _ in range(5):
-            gouts.zero_()
-            graph.replay()
-            torch.cuda.synchronize()
-            errs = [((o - want).norm() / want.norm()).item() for o in gouts]
-            assert max(errs) < 1e-4 and int(cnt.item()) % p == 0, (c, errs, int(cnt.item()), p)
-        print(f"fused mlp by ticket {hidden}x{inter} {c}: 8 launches and 5 replays of 4, rel err <= {max(errs):.2e}")
 
 
 def test_floorline_check_passes_on_a_tiny_models_shapes():

@@ -25,9 +25,9 @@ from floorline.native.tuner import TUNER  # noqa: E402
     (64, 12, (4, 4, 5)),  # 3 tiles over 5 programs: two with none (they still carry / zero their shares)
     (40, 14, (1, 4, 3)),  # 14 one-row tiles over 3 programs: ranges of 4, 5, 5
     (32, 16, (2, 8, 2)),
-    (48, 40, (4, 4, 3, M.DYN)),  # tiles by ticket: 10 tiles, 3 programs (6 past their first two each)
-    (64, 12, (4, 4, 5, M.DYN)),  # 3 tiles over 5 programs: no tickets to hand out
-    (40, 14, (4, 4, 2, M.DYN)),  # a short last tile (14 rows in tiles of 4), 4 tiles over 2 programs
+    (48, 12, (2, 4, 1, M.TWO)),  # two tiles before the wait, two a trip: 6 tiles, an even count
+    (40, 14, (1, 4, 3, M.TWO)),  # ranges of 4, 5, 5 one-row tiles: an odd count (a trip's second tile all zeros)
+    (64, 12, (4, 4, 5, M.TWO)),  # programs with no tiles, and one with a single tile
 ])
 def test_fused_mlp_matches_its_reference_and_zeroes_the_next_buffer(hidden, inter, config):
     gate_up = _rand(2 * inter, hidden, dtype=torch.bfloat16, scale=0.1)
@@ -44,25 +44,6 @@ def test_fused_mlp_matches_its_reference_and_zeroes_the_next_buffer(hidden, inte
     act = R.ref_gemv(gate_up, x0, pro=R.PRO_RMSNORM, norm_w=norm_w, eps=1e-6, glu=True)
     two = R.ref_gemv(down_t.t().contiguous(), act, residual=x0)
     assert _rel(two, want) < 1e-5
-
-
-@interpreted
-@pytest.mark.parametrize("inter, config, per_launch", [(40, (4, 4, 3), 8), (12, (4, 4, 5), 8), (36, (2, 4, 2), 16)])
-def test_tiles_by_ticket_leave_their_counter_a_multiple_of_what_a_launch_adds(inter, config, per_launch):
-    """_mlp_dyn's counter is never reset: each launch must add exactly P (the power of two at or above the tickets it
-    takes), or the next launch of the shape would hand out tiles from the wrong place. Four launches in a row, each
-    against the reference; the counter after each."""
-    hidden = 32
-    gate_up = _rand(2 * inter, hidden, dtype=torch.bfloat16, scale=0.1)
-    down_t = _rand(inter, hidden, dtype=torch.bfloat16, scale=0.1)
-    norm_w, x = _rand(hidden) + 1, _rand(hidden)
-    cnt = M._counter(x.device, (hidden, inter, config[0], config[2]))
-    start = int(cnt.item())
-    for n in range(1, 5):
-        out, zero = torch.zeros(hidden), _rand(hidden)
-        M.tri_mlp(gate_up, down_t, x, out, zero, norm_w, 1e-6, config=(*config, M.DYN))
-        assert _rel(out, M.ref_mlp(gate_up, down_t, x, norm_w, 1e-6)) < 1e-5
-        assert int(cnt.item()) - start == n * per_launch
 
 
 def test_the_fused_mlp_touches_activations_only_after_its_wait():
@@ -83,17 +64,17 @@ def test_the_fused_mlp_touches_activations_only_after_its_wait():
     code = (f"import json, re, sys; sys.path[:0] = [{str(root / 'scripts')!r}, {str(root / 'src')!r}]\n"
             "import gemv_sass; from floorline.native import mlp\n"
             "ops = lambda t: sorted(set(re.findall(r'\\b(?:LDG|STG|REDG?|ATOMG?)[.\\w]*', t)))\n"
-            "for fn in (mlp._mlp, mlp._mlp_dyn):\n"
-            "    before, after = gemv_sass.mlp_sass(fn, *mlp.CANDIDATES[0][:2], 3584, 1).split('ACQBULK', 1)\n"
-            "    print(json.dumps([ops(before), ops(after)]))")
+            "for two in (0, 1):\n"
+            "    code = gemv_sass.mlp_sass(mlp._mlp, *mlp.CANDIDATES[1][:2], 3584, 1, two=two)\n"
+            "    before, after = code.split('ACQBULK', 1)\n"
+            "    print(json.dumps([ops(before), ops(after), before.count('LDG.E.EF')]))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    (before, after), (dyn_before, dyn_after) = map(json.loads, out.splitlines()[-2:])
-    assert before == ["LDG.E.EF.128"], before
-    assert {"LDG.E.128", "STG.E"} <= set(after) and any(op.startswith("REDG.E.ADD.F32x4") for op in after), after
-    # tiles by ticket: the ticket too only after the wait (two launches on one counter must not overlap)
-    assert dyn_before == ["LDG.E.EF.128"], dyn_before
-    assert any(op.startswith("ATOMG") for op in dyn_after) and {"LDG.E.128", "STG.E"} <= set(dyn_after), dyn_after
+    (before, after, n1), (before2, after2, n2) = map(json.loads, out.splitlines()[-2:])
+    for b, a in ((before, after), (before2, after2)):
+        assert b == ["LDG.E.EF.128"], b
+        assert {"LDG.E.128", "STG.E"} <= set(a) and any(op.startswith("REDG.E.ADD.F32x4") for op in a), a
+    assert n2 == 2 * n1, (n1, n2)  # TWO: the second tile's loads before the wait too
 
 
 def test_fused_mlp_refuses_bad_operands():
@@ -110,14 +91,13 @@ def test_fused_mlp_refuses_bad_operands():
                   1e-6)
     with pytest.raises(ValueError, match="followed by n more floats"):  # the embedding's zero_next needs row 1
         E.tri_embed(torch.zeros(8, 16), torch.zeros(1, dtype=torch.long), torch.zeros(16), zero_next=True)
-    assert M.fitting(18944)[0] == M.CANDIDATES[0] and M.fitting(7) == [(1, 16, 1), (1, 16, 1, M.DYN)]
-    # small hidden sizes add the candidates that keep more bytes in flight; 7-8B shapes keep the five; each also by
-    # ticket
-    dyn = lambda cs: cs + [(*c, M.DYN) for c in cs]  # noqa: E731
-    assert M.fitting(18944, 3584) == dyn(M.CANDIDATES) and M.fitting(12288, 4096) == dyn(M.CANDIDATES)
-    assert M.fitting(8192, 2048) == dyn(M.CANDIDATES + M.SMALL[2048])
-    assert M.fitting(4864, 896) == dyn(M.CANDIDATES + M.SMALL[2048] + M.SMALL[1024])
-    assert M.name((4, 16, 1)) == "bj4 w16 x1" and M.name((2, 16, 1, M.DYN)) == "bj2 w16 x1 dyn"
+    assert M.fitting(18944)[0] == M.CANDIDATES[0] and M.fitting(7) == [(1, 16, 1)]
+    # small hidden sizes add the candidates that keep more bytes in flight, and the two-tiles-before-the-wait form;
+    # 7-8B shapes keep the five
+    assert M.fitting(18944, 3584) == M.CANDIDATES and M.fitting(12288, 4096) == M.CANDIDATES
+    assert M.fitting(8192, 2048) == M.CANDIDATES + M.SMALL[2048] + M.SMALL_TWO
+    assert M.fitting(4864, 896) == M.CANDIDATES + M.SMALL[2048] + M.SMALL[1024] + M.SMALL_TWO
+    assert M.name((4, 16, 1)) == "bj4 w16 x1" and M.name((2, 16, 1, M.TWO)) == "bj2 w16 x1 two"
 
 
 @interpreted

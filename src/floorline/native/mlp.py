@@ -66,9 +66,9 @@ def ref_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, norm_w
 if triton is not None:
 
     @triton.jit
-    def _tile(wgu, wd, xn, half, BJ: tl.constexpr):
-        """A tile's share of down(h): its gate and up rows (wgu: gate rows then up rows) dotted with n(x), h = silu(g) u,
-        then h^T times its rows of down^T (wd): a (hidden,) fp32 vector."""
+    def _tile_sum(wgu, wd, xn, half, BJ: tl.constexpr):
+        """A tile's share of down(h): its gate and up rows (wgu) dotted with n(x), h = silu(g) u, then h^T times its
+        rows of down^T (wd): a (hidden,) fp32 vector (_mlp's loop body, for its TWO form)."""
         s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)  # (2 BJ,): gate sums then up sums
         s2 = tl.reshape(s, [2, BJ])
         g = tl.sum(tl.where(half == 0, s2, 0.0), 0)
@@ -77,7 +77,8 @@ if triton is not None:
         return tl.sum(h[:, None] * wd.to(tl.float32), 0)
 
     @triton.jit
-    def _mlp(WGU, WDT, X, NW, XO, XZ, H, I, eps, BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr):
+    def _mlp(WGU, WDT, X, NW, XO, XZ, H, I, eps, BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr,
+             TWO: tl.constexpr = 0):
         pid = tl.program_id(0)
         npr = tl.num_programs(0)
         # this program's intermediate rows [r0, r1), in tiles of BJ (the last one masked where short)
@@ -96,110 +97,72 @@ if triton is not None:
         # the first tile is requested before the wait: weights never depend on the previous kernel
         wgu = tl.load(WGU + gu_rows, mask=km[None, :] & (jg < r1)[:, None], other=0.0, eviction_policy="evict_first")
         wd = tl.load(WDT + d_rows, mask=km[None, :] & (jd < r1)[:, None], other=0.0, eviction_policy="evict_first")
-        P.wait(PDL)
-        x = tl.load(X + rk, mask=km, other=0.0)
-        xn = x * tl.load(NW + rk, mask=km, other=0.0) / tl.sqrt(tl.sum(x * x, 0) / H + eps)
-        y = tl.where(pid == 0, x, 0.0)  # program 0 carries the residual itself
-        tl.store(XZ + rk, tl.zeros([HP], dtype=tl.float32), mask=km & (rk % npr == pid))  # the next layer's buffer
-        half = tl.arange(0, 2)[:, None]
-        for t in range(t0, t1, step):
-            # the next tile's rows, masked past r1 (a short last tile: rows of zeros, h = 0)
-            mg = km[None, :] & (jg + (t + 1) * BJ < r1)[:, None]
-            md = km[None, :] & (jd + (t + 1) * BJ < r1)[:, None]
-            wgu2 = tl.load(WGU + gu_rows + step * BJ * H, mask=mg, other=0.0, eviction_policy="evict_first")
-            wd2 = tl.load(WDT + d_rows + step * BJ * H, mask=md, other=0.0, eviction_policy="evict_first")
-            s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)  # (2 BJ,): gate sums then up sums
-            s2 = tl.reshape(s, [2, BJ])
-            g = tl.sum(tl.where(half == 0, s2, 0.0), 0)
-            u = tl.sum(tl.where(half == 1, s2, 0.0), 0)
-            h = g / (1.0 + tl.exp(-g)) * u
-            y += tl.sum(h[:, None] * wd.to(tl.float32), 0)
-            wgu = wgu2
-            wd = wd2
-            gu_rows += step * BJ * H
-            d_rows += step * BJ * H
-        tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
-
-    @triton.jit
-    def _mlp_dyn(WGU, WDT, X, NW, XO, XZ, CNT, H, I, PM, EXTRA, eps, BJ: tl.constexpr, HP: tl.constexpr,
-                 PDL: tl.constexpr):
-        """_mlp with its tiles taken by ticket (DYN): program p takes tiles p (requested before the wait, as _mlp's
-        first) and npr + p, then tile 2 npr + (ticket mod P) from the int32 counter CNT while that is a tile, so a
-        program that streams faster takes more tiles and the programs end together.
-
-        The tickets are taken after the wait: two launches on one counter never overlap (the next one's programs
-        wait for this one's end). A ticket is taken while this program's tile before it streams, so it is back
-        before that tile is used. The tickets past the first 2 npr tiles are handed out once each, in order, and each
-        program stops on its first ticket past them: a launch takes exactly M = max(tiles - npr, npr) tickets, and
-        program 0, after its last (every tile is handed out by then), adds EXTRA = P - M, P the power of two at or
-        above M (PM = P - 1). So every launch adds P, a counter that starts at zero stays a multiple of P (through
-        int32 wrap-around too: P divides 2^32), and it needs no reset. A counter serves launches of one P only (tri_mlp
-        keeps one per launch shape)."""
-        pid = tl.program_id(0)
-        npr = tl.num_programs(0)
-        ntiles = tl.cdiv(I, BJ)
-        rk = tl.arange(0, HP)
-        km = rk < H
-        i = tl.arange(0, 2 * BJ)  # a tile's gate rows, then its up rows (I rows further)
-        jd = tl.arange(0, BJ)
-        gu_off = (i % BJ + (i // BJ) * I)[:, None] * H + rk[None, :]  # a tile's rows from its first gate row's
-        d_off = jd[:, None] * H + rk[None, :]
-        t = pid
-        wgu = tl.load(WGU + t * BJ * H + gu_off, mask=km[None, :] & (t * BJ + i % BJ < I)[:, None], other=0.0,
-                      eviction_policy="evict_first")
-        wd = tl.load(WDT + t * BJ * H + d_off, mask=km[None, :] & (t * BJ + jd < I)[:, None], other=0.0,
-                     eviction_policy="evict_first")
-        P.wait(PDL)
-        nn = (tl.atomic_add(CNT, 1, sem="relaxed") & PM) + 2 * npr  # the tile after the next
-        x = tl.load(X + rk, mask=km, other=0.0)
-        xn = x * tl.load(NW + rk, mask=km, other=0.0) / tl.sqrt(tl.sum(x * x, 0) / H + eps)
-        y = tl.where(pid == 0, x, 0.0)  # program 0 carries the residual itself
-        tl.store(XZ + rk, tl.zeros([HP], dtype=tl.float32), mask=km & (rk % npr == pid))  # the next layer's buffer
-        half = tl.arange(0, 2)[:, None]
-        nt = pid + npr
-        while t < ntiles:
-            # tile nt's rows (none where nt is past the last tile), the ticket after nn, then this tile's sums
-            wgu2 = tl.load(WGU + nt * BJ * H + gu_off, mask=km[None, :] & (nt * BJ + i % BJ < I)[:, None], other=0.0,
+        if TWO:  # the second tile too (TWO): the loop then asks for a tile once it has used one
+            wgu2 = tl.load(WGU + gu_rows + BJ * H, mask=km[None, :] & (jg + BJ < r1)[:, None], other=0.0,
                            eviction_policy="evict_first")
-            wd2 = tl.load(WDT + nt * BJ * H + d_off, mask=km[None, :] & (nt * BJ + jd < I)[:, None], other=0.0,
+            wd2 = tl.load(WDT + d_rows + BJ * H, mask=km[None, :] & (jd + BJ < r1)[:, None], other=0.0,
                           eviction_policy="evict_first")
-            more = nn < ntiles
-            tk = tl.atomic_add(CNT, 1, mask=more, sem="relaxed")
-            y += _tile(wgu, wd, xn, half, BJ)
-            t = nt
-            nt = nn
-            nn = tl.where(more, (tk & PM) + 2 * npr, ntiles)
-            wgu = wgu2
-            wd = wd2
-        tl.atomic_add(CNT, EXTRA, mask=pid == 0, sem="relaxed")
+        P.wait(PDL)
+        x = tl.load(X + rk, mask=km, other=0.0)
+        xn = x * tl.load(NW + rk, mask=km, other=0.0) / tl.sqrt(tl.sum(x * x, 0) / H + eps)
+        y = tl.where(pid == 0, x, 0.0)  # program 0 carries the residual itself
+        tl.store(XZ + rk, tl.zeros([HP], dtype=tl.float32), mask=km & (rk % npr == pid))  # the next layer's buffer
+        half = tl.arange(0, 2)[:, None]
+        if TWO:  # two tiles a trip, each buffer refilled once used: the loop carries both without copying either
+            for t in range(t0, t1, 2):
+                y += _tile_sum(wgu, wd, xn, half, BJ)
+                tl.debug_barrier()  # each buffer's next tile asked for only once it is used: two tiles held, not three
+                wgu = tl.load(WGU + gu_rows + 2 * BJ * H, mask=km[None, :] & (jg + (t + 2) * BJ < r1)[:, None],
+                              other=0.0, eviction_policy="evict_first")
+                wd = tl.load(WDT + d_rows + 2 * BJ * H, mask=km[None, :] & (jd + (t + 2) * BJ < r1)[:, None],
+                             other=0.0, eviction_policy="evict_first")
+                y += _tile_sum(wgu2, wd2, xn, half, BJ)  # rows of zeros where t + 1 is past the last tile
+                tl.debug_barrier()
+                wgu2 = tl.load(WGU + gu_rows + 3 * BJ * H, mask=km[None, :] & (jg + (t + 3) * BJ < r1)[:, None],
+                               other=0.0, eviction_policy="evict_first")
+                wd2 = tl.load(WDT + d_rows + 3 * BJ * H, mask=km[None, :] & (jd + (t + 3) * BJ < r1)[:, None],
+                              other=0.0, eviction_policy="evict_first")
+                gu_rows += 2 * BJ * H
+                d_rows += 2 * BJ * H
+        else:
+            for t in range(t0, t1, step):
+                # the next tile's rows, masked past r1 (a short last tile: rows of zeros, h = 0)
+                mg = km[None, :] & (jg + (t + 1) * BJ < r1)[:, None]
+                md = km[None, :] & (jd + (t + 1) * BJ < r1)[:, None]
+                wgu2 = tl.load(WGU + gu_rows + step * BJ * H, mask=mg, other=0.0, eviction_policy="evict_first")
+                wd2 = tl.load(WDT + d_rows + step * BJ * H, mask=md, other=0.0, eviction_policy="evict_first")
+                s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)  # (2 BJ,): gate sums then up sums
+                s2 = tl.reshape(s, [2, BJ])
+                g = tl.sum(tl.where(half == 0, s2, 0.0), 0)
+                u = tl.sum(tl.where(half == 1, s2, 0.0), 0)
+                h = g / (1.0 + tl.exp(-g)) * u
+                y += tl.sum(h[:, None] * wd.to(tl.float32), 0)
+                wgu = wgu2
+                wd = wd2
+                gu_rows += step * BJ * H
+                d_rows += step * BJ * H
         tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
 
 
 def fitting(inter: int, hidden: int = 0) -> list:
     """The candidates whose tile divides the intermediate size (one-row tiles if none does), with SMALL's for a
-    hidden size that pads to at most their key, each also with its tiles taken by ticket (DYN)."""
+    hidden size that pads to at most their key, and SMALL_TWO's."""
     hp = triton.next_power_of_2(hidden) if hidden and triton is not None else 1 << 30
     cands = CANDIDATES + [c for top, cs in sorted(SMALL.items(), reverse=True) if hp <= top for c in cs]
-    base = [c for c in cands if inter % c[0] == 0] or [(1, 16, 1)]
-    return base + [(*c, DYN) for c in base]
+    cands += [c for c in SMALL_TWO if hp <= 2048]
+    return [c for c in cands if inter % c[0] == 0] or [(1, 16, 1)]
 
 
-DYN = 1  # a candidate's fourth element: tiles by ticket (_mlp_dyn) instead of a fixed range of rows a program
+TWO = 1  # a candidate's fourth element: _mlp's TWO (its first two tiles requested before the wait)
+# Hidden sizes up to 2048: the one TWO form that was fastest in a step (llama-3.2-1b, 0.767 against 0.781 ms a step for
+# the best one-tile form in the same process; docs/lab/2026-12-03-mlp-two-tiles.md). Every other TWO form lost in
+# every cell, at 7-8B by 4% or more.
+SMALL_TWO = [(2, 4, 2, TWO)]
 
 
 def name(c: tuple) -> str:
-    """A candidate as the records name it: "bj4 w16 x1", "bj4 w16 x1 dyn"."""
-    return f"bj{c[0]} w{c[1]} x{c[2]}" + (" dyn" if len(c) > 3 and c[3] == DYN else "")
-
-
-_COUNTERS: dict = {}  # (device, hidden, intermediate, BJ, programs) -> _mlp_dyn's int32 ticket counter
-
-
-def _counter(dev, key: tuple) -> torch.Tensor:
-    if (dev, *key) not in _COUNTERS:  # a normal tensor even when first asked for under inference_mode
-        with torch.inference_mode(False):
-            _COUNTERS[(dev, *key)] = torch.zeros(1, dtype=torch.int32, device=dev)
-    return _COUNTERS[(dev, *key)]
+    """A candidate as the records name it: "bj4 w16 x1", "bj4 w16 x1 two"."""
+    return f"bj{c[0]} w{c[1]} x{c[2]}" + (" two" if len(c) > 3 and c[3] else "")
 
 
 def _sms(dev) -> int:
@@ -223,30 +186,19 @@ def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: t
     if 2 * inter * h >= 2**31:  # the kernel's int32 offsets
         raise ValueError(f"tri_mlp: gate_up of {2 * inter} x {h} is past the kernel's int32 offsets")
     key = (h, inter)
-    bj, warps, per_sm, *dyn = config or TUNER.mlp_choice.get(key) or fitting(inter, h)[0]
+    bj, warps, per_sm, *two = config or TUNER.mlp_choice.get(key) or fitting(inter, h)[0]
     pdl = (P.mode("auto", x.device) if pdl is None else pdl) if not INTERPRET else 0
     args = (gate_up, down_t, x, norm_w, out, zero, h, inter, eps)
-    hp = triton.next_power_of_2(h)
     warm = (h, inter, gate_up.dtype, pdl)
     if warm not in TUNER.mlp_warm and not INTERPRET and not torch.cuda.is_current_stream_capturing():
         for c in fitting(inter, h):  # compiled now, not while the step tuner captures a graph
-            if len(c) > 3:
-                cnt = torch.zeros(1, dtype=torch.int32, device=x.device)
-                _mlp_dyn.warmup(*args[:6], cnt, h, inter, 1, 1, eps, BJ=c[0], HP=hp, PDL=pdl, num_warps=c[1],
-                                grid=(1,), **P.launch_kwargs(pdl))
-            else:
-                _mlp.warmup(*args, BJ=c[0], HP=hp, PDL=pdl, num_warps=c[1], grid=(1,), **P.launch_kwargs(pdl))
+            _mlp.warmup(*args, BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, TWO=c[3] if len(c) > 3 else 0,
+                        num_warps=c[1], grid=(1,), **P.launch_kwargs(pdl))
         TUNER.mlp_warm.add(warm)
     TUNER.used.add(("mlp", key))
     progs = per_sm if INTERPRET else _sms(x.device) * per_sm  # the interpreter: as many programs as per_sm says
-    if dyn and dyn[0] == DYN:
-        cnt = _counter(x.device, (h, inter, bj, progs))
-        m = max(triton.cdiv(inter, bj) - progs, progs)  # the tickets a launch takes; P, what each adds (_mlp_dyn)
-        p = triton.next_power_of_2(m)
-        _mlp_dyn[(progs,)](*args[:6], cnt, h, inter, p - 1, p - m, eps, BJ=bj, HP=hp, PDL=pdl, num_warps=warps,
-                           **P.launch_kwargs(pdl))
-        return
-    _mlp[(progs,)](*args, BJ=bj, HP=hp, PDL=pdl, num_warps=warps, **P.launch_kwargs(pdl))
+    _mlp[(progs,)](*args, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, TWO=two[0] if two else 0, num_warps=warps,
+                   **P.launch_kwargs(pdl))
 
 
 def retune_in_step(capture, state: list, reps: int = 30) -> None:
