@@ -5,6 +5,7 @@ import json
 import pytest
 
 from floorline import cli
+from floorline.bench import system
 from floorline.bench.explain import _exclusive_us, _merged_us
 
 
@@ -77,6 +78,7 @@ def test_explain_cpu_end_to_end(tmp_path, capsys):
     assert [r["mode"] for r in rows] == ["eager", "static"]
     for r in rows:
         assert r["kind"] == "explain" and r["wall_ms"] > 0 and r["gpu_busy_ms"] > 0
+        assert r["source_sha256"] == system.source_sha256() and "kernel_sources_sha256" in r  # which code ran
         assert r["kernels_per_step"] > 10  # a decoder layer alone is dozens of aten ops
         assert r["idle_gaps_ms"] == pytest.approx(r["wall_ms"] - r["gpu_busy_ms"])
         assert r["kernel_excess_ms"] == pytest.approx(r["gpu_busy_ms"] - r["floor_ms_measured"])

@@ -22,3 +22,13 @@ def test_explain_sees_kernels_in_every_mode():
     # one replay enqueues a whole step: far less host time than launching its kernels one by one
     assert by["graph"]["host_enqueue_ms"] < by["static"]["host_enqueue_ms"]
     assert torch.cuda.is_available()
+
+
+def test_explain_of_native_keeps_what_the_step_chose():
+    """A native explain record names its sources and what the runtime resolved, as a run's record does: the step
+    tuner's trials among them, so a breakdown can be read against the launches it profiled."""
+    from floorline.bench import system
+
+    (r,) = explain(RunConfig("tiny-llama", [256], ["native"], device="cuda", steps=10, warmup=2), profile_steps=3)
+    assert r["source_sha256"] == system.source_sha256() and r["native_mlp"] == "fused"
+    assert r["native_pdl_launch"] is not None and "native_mlp_step_tuning" in r

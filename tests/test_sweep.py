@@ -184,7 +184,10 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "floorline", "sweep", "--models", "tiny-llama", "--ctx", "16,24,32,40",
            "--modes", "eager", "--output", str(out), *COMMON]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # a user's Ctrl-C reaches a sweep whose SIGINT is at its default; a runner started in the background (a
+    # non-interactive shell's `&`) hands its children SIGINT ignored, which Python then keeps ignoring
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 1):
         time.sleep(0.2)

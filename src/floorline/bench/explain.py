@@ -116,6 +116,7 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
     try:
         with torch.inference_mode():
             rt, _ = start_runtime(ses, mode, ctx, max_len, log)
+            chosen = rt.describe()  # what the runtime resolved (mode native: every tuned launch and its trials)
             log(f"{mode}: timing {ses.cfg.steps} steps, then profiling {profile_steps}")
             wall = time_steps(rt.step, ses.cfg.steps, ses.device)
             host = []
@@ -174,6 +175,8 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
                              "us_per_call": sum(v) / len(v) * 1e3} for (n, sl), v in by_slot.items()],
         "busy_is": "GPU kernels and copies" if cuda else "leaf aten ops on the CPU",
         "timestamp": ses.base["timestamp"], "floorline_version": ses.base["floorline_version"],
+        **{k: ses.base.get(k) for k in ("source_sha256", "kernel_sources_sha256", "git_sha")},
+        **({k: v for k, v in ses.base.items() if k.startswith("native_")} if mode == "native" else {}), **chosen,
     }
 
 
