@@ -156,7 +156,7 @@ def fitting(inter: int, hidden: int = 0) -> list:
 TWO = 1  # a candidate's fourth element: _mlp's TWO (its first two tiles requested before the wait)
 # Hidden sizes up to 2048: the one TWO form that was fastest in a step (llama-3.2-1b, 0.767 against 0.781 ms a step for
 # the best one-tile form in the same process; docs/lab/2026-12-03-mlp-two-tiles.md). Every other TWO form lost in
-# every cell, at 7-8B by 4% or more.
+# every cell, at 7-8B by 3.5% or more.
 SMALL_TWO = [(2, 4, 2, TWO)]
 
 
