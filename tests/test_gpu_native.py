@@ -31,7 +31,7 @@ def test_native_agrees_with_hf_in_bf16(name, quant_name):
 
 @pytest.mark.parametrize("name, quant_name", [("llama-3.2-1b", None), ("qwen2.5-0.5b", None), ("qwen2.5-1.5b", None),
                                               ("llama-3.2-3b", None), ("llama-3.2-1b", "int4")])
-def test_small_models_agree_with_hf_with_the_step_tuners_small_model_choices(name, quant_name):
+def test_small_models_agree_with_hf_with_the_step_tuners_small_model_choices(name, quant_name, monkeypatch):
     """Issue 38's models, 32 steps against HF fp32 as above, with the choices the step tuner makes for them on the
     H200: 16-position attention chunks of 4 warps, (bf16) the merge inside the o GEMV and, at hidden sizes up to 2048,
     the fused MLP's form with two tiles before the wait (mlp.SMALL_TWO)."""
@@ -40,23 +40,15 @@ def test_small_models_agree_with_hf_with_the_step_tuners_small_model_choices(nam
     from floorline.native.tuner import TUNER
 
     a = zoo.ZOO[name]
-    key = (a.hidden, a.intermediate)
-    before = TUNER.mlp_choice.get(key)
 
     def tweak(net):
         net.attn.use((16, 4))
         if net.o_merge_ok:
             net.o_merge = OM.CANDIDATES[0]
-        if a.hidden <= 2048:
-            TUNER.mlp_choice[key] = M.SMALL_TWO[0]
+        if a.hidden <= 2048:  # (the tuner's state restored after the test)
+            monkeypatch.setitem(TUNER.mlp_choice, (a.hidden, a.intermediate), M.SMALL_TWO[0])
 
-    try:
-        _agreement(name, quant_name, ctx=256, steps=STEPS, tweak=tweak)
-    finally:
-        if before is None:
-            TUNER.mlp_choice.pop(key, None)
-        else:
-            TUNER.mlp_choice[key] = before
+    _agreement(name, quant_name, ctx=256, steps=STEPS, tweak=tweak)
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-7b", "llama-3.1-8b", "qwen3-8b"])

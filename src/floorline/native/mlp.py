@@ -68,7 +68,7 @@ if triton is not None:
     @triton.jit
     def _tile_sum(wgu, wd, xn, half, BJ: tl.constexpr):
         """A tile's share of down(h): its gate and up rows (wgu) dotted with n(x), h = silu(g) u, then h^T times its
-        rows of down^T (wd): a (hidden,) fp32 vector (_mlp's loop body, for its TWO form)."""
+        rows of down^T (wd): a (hidden,) fp32 vector (_mlp's loop body, and persist.py's MLP task's)."""
         s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)  # (2 BJ,): gate sums then up sums
         s2 = tl.reshape(s, [2, BJ])
         g = tl.sum(tl.where(half == 0, s2, 0.0), 0)
@@ -131,12 +131,7 @@ if triton is not None:
                 md = km[None, :] & (jd + (t + 1) * BJ < r1)[:, None]
                 wgu2 = tl.load(WGU + gu_rows + step * BJ * H, mask=mg, other=0.0, eviction_policy="evict_first")
                 wd2 = tl.load(WDT + d_rows + step * BJ * H, mask=md, other=0.0, eviction_policy="evict_first")
-                s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)  # (2 BJ,): gate sums then up sums
-                s2 = tl.reshape(s, [2, BJ])
-                g = tl.sum(tl.where(half == 0, s2, 0.0), 0)
-                u = tl.sum(tl.where(half == 1, s2, 0.0), 0)
-                h = g / (1.0 + tl.exp(-g)) * u
-                y += tl.sum(h[:, None] * wd.to(tl.float32), 0)
+                y += _tile_sum(wgu, wd, xn, half, BJ)
                 wgu = wgu2
                 wd = wd2
                 gu_rows += step * BJ * H

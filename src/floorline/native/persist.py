@@ -45,6 +45,7 @@ except ImportError:  # floorline runs without Triton; only mode native and its k
 from floorline.core.errors import UserError
 from floorline.native import INTERPRET
 from floorline.native import attention as A_
+from floorline.native import mlp as M_
 from floorline.native import pdl as P
 
 KINDS = 5  # counters a layer: q/k/v, attention chunks, merge, o, MLP
@@ -238,9 +239,9 @@ if triton is not None:
     def _merge(MO, LO, OO, A, pos, h, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr,
                NCH: tl.constexpr, CB: tl.constexpr):
         """attention._attn_merge for query head h, all its dims: its live chunks' partial sums combined into A. This
-        and _mlp_task repeat the loops of attention.py's merge kernel and mlp.py's fused MLP kernel: moved into shared
-        helpers, those kernels compiled to another instruction schedule (scripts/sass_same.py: the fused MLP's 16-warp
-        variants, two merges), and their figures of record stand on their machine code."""
+        repeats the loop of attention.py's merge kernel: moved into a shared helper, that kernel compiled to another
+        instruction schedule (scripts/sass_same.py: two merges), and its figures of record stand on its machine code.
+        (_mlp_task's tile arithmetic is mlp._tile_sum, which the fused MLP kernel calls too.)"""
         kvh = h // G
         nlive = pos // CHUNK + 1
         d = tl.arange(0, D)
@@ -291,12 +292,7 @@ if triton is not None:
             md = km[None, :] & (jd + (t + 1) * BJ < r1)[:, None]
             wgu2 = tl.load(WGU + gu_rows + BJ * H, mask=mg, other=0.0, eviction_policy="evict_first")
             wd2 = tl.load(WDT + d_rows + BJ * H, mask=md, other=0.0, eviction_policy="evict_first")
-            s = tl.sum(wgu.to(tl.float32) * xn[None, :], 1)
-            s2 = tl.reshape(s, [2, BJ])
-            g = tl.sum(tl.where(half == 0, s2, 0.0), 0)
-            u = tl.sum(tl.where(half == 1, s2, 0.0), 0)
-            h = g / (1.0 + tl.exp(-g)) * u
-            y += tl.sum(h[:, None] * wd.to(tl.float32), 0)
+            y += M_._tile_sum(wgu, wd, xn, half, BJ)
             wgu = wgu2
             wd = wd2
             gu_rows += BJ * H
