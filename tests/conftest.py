@@ -108,6 +108,24 @@ def load_script(name: str):
     return mod
 
 
+def compiled_for_sm90(body: str) -> str:
+    """Python `body` run in a child process that compiles Triton kernels for sm_90 on this machine (no GPU: Triton's
+    ptxas and cuobjdump, scripts/gemv_sass.py, importable with floorline there as `gemv_sass`); not interpreted, so
+    TRITON_INTERPRET is left out of its environment. Returns its stdout; skips where this Triton build has no
+    bundled cuobjdump."""
+    import os
+    import subprocess
+    import sys
+
+    if not load_script("gemv_sass").cuobjdump_tool().exists():
+        pytest.skip("this Triton build has no bundled cuobjdump")
+    root = Path(__file__).resolve().parents[1]
+    code = f"import json, sys; sys.path[:0] = [{str(root / 'scripts')!r}, {str(root / 'src')!r}]\nimport gemv_sass\n"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", code + body], env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
 def read_jsonl_strict(path: Path) -> list[dict]:
     """Every line of a JSON-lines file must be one complete JSON object (no blank or partial lines)."""
     text = path.read_text(encoding="utf-8")

@@ -687,3 +687,50 @@ def test_a_persistent_wait_that_cannot_be_met_times_out_in_one_line():
         net.persist.check()
     print(f"persistent deadlock caught in {took:.2f} s: {e.value}")
     assert 0.9 < took < 30 and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("o_merge", [False, True])
+def test_the_step_timeline_stamps_every_program_without_changing_the_tokens(o_merge):
+    """native/timeline.py on llama-3.2-1b at 120 positions, with the merge kernel then o, and with the merge inside o:
+    6 steps with the stamps give the same tokens and logits as 6 without (from the same prompt); each step stamps
+    every program of its chunk, merge (or o_merge) and MLP launches, 3 a layer, each program's start <= its wait's
+    return <= its end; and no kernel's wait returns before the stamped kernel before it has ended everywhere (PDL:
+    the wait is on the whole previous grid), so the stamps read one clock across the SMs."""
+    from floorline.native import o_merge as OM
+    from floorline.native import timeline as T
+    from floorline.native.model import NativeModel
+
+    a = zoo.ZOO["llama-3.2-1b"]
+    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
+    prompt = torch.randint(0, a.vocab, (1, 120), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    net = NativeModel(m, 136, ops="triton")
+    net.o_merge = OM.CANDIDATES[0] if o_merge else None
+    line = T.Timeline(torch.device("cuda"))
+    with torch.inference_mode():
+        want, wl = _six_steps(net, prompt)
+        steps = []
+        net.prefill(prompt, 512)
+        T.ACTIVE = line
+        try:
+            got, gl = [], []
+            for _ in range(6):
+                line.rewind()
+                net.step()
+                torch.cuda.synchronize()
+                steps.append(line.read())
+                got.append(int(net.tok))
+                gl.append(net.logits.clone())
+        finally:
+            T.ACTIVE = None
+    err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+    assert got == want and err < 1e-2, (got, want, err)
+    kinds = ["chunks", "o_merge" if o_merge else "merge", "mlp"] * a.layers
+    for launches in steps:
+        assert [x["kind"] for x in launches] == kinds
+        for x in launches:
+            assert all(0 < s <= w <= e for s, w, e in zip(x["start"], x["wait"], x["end"])), x["kind"]
+        for before, after in zip(launches, launches[1:]):
+            assert min(after["wait"]) >= max(before["end"]), (before["kind"], after["kind"])
+    s = T.summarize(steps)
+    print(f"llama-3.2-1b ctx 120 timeline ({'o_merge' if o_merge else 'merge kernel'}), us: "
+          + "; ".join(f"{k}: " + ", ".join(f"{n} {v:.2f}" for n, v in d.items()) for k, d in s.items()))

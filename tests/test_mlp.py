@@ -8,7 +8,7 @@ import pytest
 import torch
 
 triton = pytest.importorskip("triton", reason="mode native's kernels need Triton: pip install 'floorline[native]'")
-from conftest import load_script  # noqa: E402
+from conftest import compiled_for_sm90  # noqa: E402
 from test_native import _compare_with_hf, _rand, _rel, interpreted  # noqa: E402
 
 from floorline.native import INTERPRET  # noqa: E402
@@ -52,24 +52,14 @@ def test_the_fused_mlp_touches_activations_only_after_its_wait():
     atomic add after it (the interpreter runs without programmatic dependent launch: no test on the CPU sees a load
     of x moved above the wait otherwise)."""
     import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    gemv_sass = load_script("gemv_sass")
-    if not gemv_sass.cuobjdump_tool().exists():
-        pytest.skip("this Triton build has no bundled cuobjdump")
-    root = Path(__file__).resolve().parents[1]
-    code = (f"import json, re, sys; sys.path[:0] = [{str(root / 'scripts')!r}, {str(root / 'src')!r}]\n"
-            "import gemv_sass; from floorline.native import mlp\n"
-            "ops = lambda t: sorted(set(re.findall(r'\\b(?:LDG|STG|REDG?|ATOMG?)[.\\w]*', t)))\n"
-            "for two in (0, 1):\n"
-            "    code = gemv_sass.mlp_sass(mlp._mlp, *mlp.CANDIDATES[1][:2], 3584, 1, two=two)\n"
-            "    before, after = code.split('ACQBULK', 1)\n"
-            "    print(json.dumps([ops(before), ops(after), before.count('LDG.E.EF')]))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    out = compiled_for_sm90(
+        "import re; from floorline.native import mlp\n"
+        "ops = lambda t: sorted(set(re.findall(r'\\b(?:LDG|STG|REDG?|ATOMG?)[.\\w]*', t)))\n"
+        "for two in (0, 1):\n"
+        "    code = gemv_sass.mlp_sass(mlp._mlp, *mlp.CANDIDATES[1][:2], 3584, 1, two=two)\n"
+        "    before, after = code.split('ACQBULK', 1)\n"
+        "    print(json.dumps([ops(before), ops(after), before.count('LDG.E.EF')]))")
     (before, after, n1), (before2, after2, n2) = map(json.loads, out.splitlines()[-2:])
     for b, a in ((before, after), (before2, after2)):
         assert b == ["LDG.E.EF.128"], b

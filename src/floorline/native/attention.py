@@ -21,6 +21,7 @@ except ImportError:  # floorline runs without Triton; only mode native and its k
 from floorline.core.errors import UserError
 from floorline.native import INTERPRET
 from floorline.native import pdl as P
+from floorline.native import timeline as T
 
 ATTN_CHUNK = 64  # cache positions per attention program (the least; more at long contexts)
 ATTN_BL = 64  # positions per inner tile
@@ -61,11 +62,14 @@ if triton is not None:
     def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
                     H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                     CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
-                    STAGES: tl.constexpr = 3, QN=None, KN=None, QK_EPS: tl.constexpr = 0.0):
+                    STAGES: tl.constexpr = 3, QN=None, KN=None, QK_EPS: tl.constexpr = 0.0, TL=None):
         """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
         tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
         `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step. QN, KN (D,):
-        q's and k's per-head RMSNorm weights (Qwen3), applied before the rotation; None: no norm (not compiled)."""
+        q's and k's per-head RMSNorm weights (Qwen3), applied before the rotation; None: no norm (not compiled). TL:
+        a timeline slot (timeline.py; None: not compiled)."""
+        if TL is not None:
+            t_start = T.now()
         kvh = tl.program_id(0)
         c = tl.program_id(1)
         pos = tl.load(POS)
@@ -83,6 +87,8 @@ if triton is not None:
             qn, qnp = tl.load(QN + d), tl.load(QN + (d + D // 2) % D)
             kn, knp = tl.load(KN + d), tl.load(KN + (d + D // 2) % D)
         P.wait(PDL)
+        if TL is not None:
+            t_wait = T.now()
         if start <= pos:  # chunks past the position write nothing: the merge reads only the live ones
             g = tl.arange(0, GP)
             one = tl.arange(0, 1)
@@ -117,20 +123,27 @@ if triton is not None:
             tl.store(MO + o, m, mask=real)
             tl.store(LO + o, l, mask=real)
             tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
+        if TL is not None:
+            T.put(TL, t_start, t_wait)
 
     @triton.jit
     def _attn_merge(MO, LO, OO, OUT, POS, NCHUNK, ZP, ZN, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr, DB: tl.constexpr):
+                    CHUNK: tl.constexpr, CB: tl.constexpr, PDL: tl.constexpr, ZB: tl.constexpr, DB: tl.constexpr,
+                    TL=None):
         """The chunks' partial softmax sums of one query head, merged: program (h, j) merges dims [j DB, (j + 1) DB)
         of query head h (DB = D: one program a head). The position is read before the wait (it changes only between
         steps); each block of CB chunks has its maxima, sums and partial outputs loaded before any is used (one round
         trip to L2, not one per dependent load). ZB > 0: program (h, 0) also zeroes ZP[h ZB, (h + 1) ZB) below ZN --
         the q/k/v vector, read by the chunks (all finished once the wait returns), which the next layer's int4 q/k/v
-        GEMV adds into (split-K)."""
+        GEMV adds into (split-K). TL: a timeline slot (timeline.py; None: not compiled)."""
+        if TL is not None:
+            t_start = T.now()
         h = tl.program_id(0)
         kvh = h // G
         nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos
         P.wait(PDL)
+        if TL is not None:
+            t_wait = T.now()
         d = tl.program_id(1) * DB + tl.arange(0, DB)
         cs = tl.arange(0, CB)
         m_run = tl.max(tl.full([CB], -1e30, dtype=tl.float32), 0)
@@ -153,6 +166,8 @@ if triton is not None:
             if tl.program_id(1) == 0:
                 z = h * ZB + tl.arange(0, ZB)
                 tl.store(ZP + z, tl.zeros([ZB], dtype=tl.float32), mask=z < ZN)
+        if TL is not None:
+            T.put(TL, t_start, t_wait)
 
 
 def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
@@ -320,7 +335,8 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
                                                 scratch.o, scale, k_cache.stride(0), scratch.m.shape[1], H=heads,
                                                 KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
                                                 BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
-                                                num_warps=scratch.warps, **norm, **P.launch_kwargs(pdl))
+                                                num_warps=scratch.warps, **norm, **P.launch_kwargs(pdl),
+                                                **T.launch_kwargs("chunks", kv_heads * scratch.nchunk))
     if not merge:
         return None
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0
@@ -328,5 +344,5 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.m.shape[1], qkv, qkv.numel(),
                                 G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
                                 CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, DB=d // split,
-                                num_warps=mwarps, **P.launch_kwargs(pdl))
+                                num_warps=mwarps, **P.launch_kwargs(pdl), **T.launch_kwargs("merge", heads * split))
     return scratch.out

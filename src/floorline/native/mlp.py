@@ -31,6 +31,7 @@ import torch
 from floorline.device import timing
 from floorline.native import INTERPRET
 from floorline.native import pdl as P
+from floorline.native import timeline as T
 from floorline.native.refs import rmsnorm
 from floorline.native.tuner import TUNER
 
@@ -78,7 +79,9 @@ if triton is not None:
 
     @triton.jit
     def _mlp(WGU, WDT, X, NW, XO, XZ, H, I, eps, BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr,
-             TWO: tl.constexpr = 0):
+             TWO: tl.constexpr = 0, TL=None):
+        if TL is not None:  # a timeline slot (timeline.py; None: not compiled)
+            t_start = T.now()
         pid = tl.program_id(0)
         npr = tl.num_programs(0)
         # this program's intermediate rows [r0, r1), in tiles of BJ (the last one masked where short)
@@ -103,6 +106,8 @@ if triton is not None:
             wd2 = tl.load(WDT + d_rows + BJ * H, mask=km[None, :] & (jd + BJ < r1)[:, None], other=0.0,
                           eviction_policy="evict_first")
         P.wait(PDL)
+        if TL is not None:
+            t_wait = T.now()
         x = tl.load(X + rk, mask=km, other=0.0)
         xn = x * tl.load(NW + rk, mask=km, other=0.0) / tl.sqrt(tl.sum(x * x, 0) / H + eps)
         y = tl.where(pid == 0, x, 0.0)  # program 0 carries the residual itself
@@ -137,6 +142,8 @@ if triton is not None:
                 gu_rows += step * BJ * H
                 d_rows += step * BJ * H
         tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
+        if TL is not None:
+            T.put(TL, t_start, t_wait)
 
 
 def fitting(inter: int, hidden: int = 0) -> list:
@@ -193,7 +200,7 @@ def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: t
     TUNER.used.add(("mlp", key))
     progs = per_sm if INTERPRET else _sms(x.device) * per_sm  # the interpreter: as many programs as per_sm says
     _mlp[(progs,)](*args, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, TWO=two[0] if two else 0, num_warps=warps,
-                   **P.launch_kwargs(pdl))
+                   **P.launch_kwargs(pdl), **T.launch_kwargs("mlp", progs))
 
 
 def retune_in_step(capture, state: list, reps: int = 30) -> None:

@@ -31,6 +31,7 @@ except ImportError:  # floorline runs without Triton; only mode native and its k
 
 from floorline.native import INTERPRET
 from floorline.native import pdl as P
+from floorline.native import timeline as T
 
 # (rows a tile BR, tiles a program NT, warps): the step tuner's candidates (a program covers BR x NT rows of one
 # head's D columns); the first is used until then. More rows a program read each head's partials fewer times (qwen3-8b
@@ -43,7 +44,10 @@ if triton is not None:
 
     @triton.jit
     def _o_merge(W, MO, LO, OO, POS, Y, N, K, NCHUNK, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                 CHUNK: tl.constexpr, CB: tl.constexpr, BR: tl.constexpr, NT: tl.constexpr, PDL: tl.constexpr):
+                 CHUNK: tl.constexpr, CB: tl.constexpr, BR: tl.constexpr, NT: tl.constexpr, PDL: tl.constexpr,
+                 TL=None):
+        if TL is not None:  # a timeline slot (timeline.py; None: not compiled)
+            t_start = T.now()
         h = tl.program_id(0)
         r0 = tl.program_id(1) * (BR * NT)
         kvh = h // G
@@ -53,6 +57,8 @@ if triton is not None:
         w = tl.load(wp, mask=(rr < N)[:, None], other=0.0, eviction_policy="evict_first")  # before the wait
         nlive = tl.load(POS) // CHUNK + 1  # chunks holding positions 0..pos (the position changes between steps)
         P.wait(PDL)
+        if TL is not None:
+            t_wait = T.now()
         # head h's chunks merged: attention._attn_merge's loop over blocks of CB chunks, for all D dims. A copy: the
         # loop as a helper shared with _attn_merge changed two of its compiled variants' instruction schedules
         # (scripts/sass_same.py), and the merge kernel's figures of record stand on its machine code
@@ -81,6 +87,8 @@ if triton is not None:
             y = tl.sum(w.to(tl.float32) * att[None, :], 1)
             tl.atomic_add(Y + rows, y, mask=rows < N, sem="relaxed")
             w = w2
+        if TL is not None:
+            T.put(TL, t_start, t_wait)
 
 
 def tri_o_merge(w: torch.Tensor, scratch, pos: torch.Tensor, y: torch.Tensor, config: tuple | None = None,
@@ -97,10 +105,11 @@ def tri_o_merge(w: torch.Tensor, scratch, pos: torch.Tensor, y: torch.Tensor, co
         raise ValueError(f"tri_o_merge: a contiguous o of (N, {kv * scratch.g} x {d}), not {tuple(w.shape)}")
     br, nt, warps = config or CANDIDATES[0]
     pdl = (P.mode("auto", w.device) if pdl is None else pdl) if not INTERPRET else 0
-    _o_merge[(heads, triton.cdiv(n, br * nt))](
+    grid = (heads, triton.cdiv(n, br * nt))
+    _o_merge[grid](
         w, scratch.m, scratch.l, scratch.o, pos, y, n, k, stride, G=scratch.g, GP=gp, D=d, CHUNK=scratch.chunk,
         CB=min(64, triton.next_power_of_2(scratch.nchunk)), BR=br, NT=nt, PDL=pdl, num_warps=warps,
-        **P.launch_kwargs(pdl))
+        **P.launch_kwargs(pdl), **T.launch_kwargs("o_merge", grid[0] * grid[1]))
 
 
 def retune_in_step(net, capture, state: list, reps: int = 30) -> None:

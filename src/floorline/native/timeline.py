@@ -1,0 +1,138 @@
+"""A diagnostic of mode native's step: when each program of a kernel starts, when its wait on the previous kernel
+returns, when it ends, and on which SM -- read from the GPU's %globaltimer (ns) inside one decode step.
+
+Why: `explain` sees kernels whole (a kernel's span from the profiler), so a kernel boundary's cost shows only as
+time no kernel explains. Under programmatic dependent launch a program's life has three points that say where that
+time goes: its start (when it became resident: the SM had room), its wait's return (the previous kernel's whole grid
+has ended and its writes are visible: that kernel's end as the next one sees it) and its end. Between two kernels:
+  - wait - start: how early a program was resident (its first loads in flight before the wait);
+  - the next kernel's first wait - this kernel's last end: the boundary's own latency;
+  - end - wait: the program's work after the wait (its latency chain).
+
+The kernels that take a timeline (the attention's chunks and merge, the o GEMV with the merge inside and the fused
+MLP; a constexpr pointer TL, None by default: with None they compile to the same code as without it) get a slot per
+launch from ACTIVE (Timeline.slot), which a CUDA graph keeps: every replay rewrites the same slots. The GEMVs of
+Triton's autotuner (q/k/v, o, lm_head) and the CUDA kernels take none: their ends are the next kernel's waits.
+A stamp costs a program three timer reads and four stores, after its work: the diagnostic moves the step by that.
+
+scripts/timeline.py runs it on a model (`scripts/gpu_check.sh timeline`); summarize() reduces the stamps to a table.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # floorline runs without Triton; only mode native and its kernel tests need it
+    triton = tl = None
+
+FIELDS = ("start", "wait", "end", "sm")  # a program's stamps: start, wait returned, end (ns), its SM
+WORDS = len(FIELDS)  # int64 each
+
+
+class Timeline:
+    """Slots of WORDS int64 a program for the launches of one step, in launch order. rewind() before each step that
+    is run or captured: the slots are handed out again from the first, so a graph's replays rewrite them."""
+
+    def __init__(self, device, programs: int = 1 << 20):
+        self.buf = torch.zeros(programs * WORDS, dtype=torch.int64, device=device)
+        self.capacity = programs
+        self.launches: list[tuple[str, int, int]] = []  # (kind, first program's slot, programs)
+        self.used = 0
+
+    def rewind(self) -> None:
+        self.launches, self.used = [], 0
+
+    def slot(self, kind: str, programs: int) -> torch.Tensor:
+        if self.used + programs > self.capacity:
+            raise ValueError(f"timeline: {self.used + programs} programs a step, room for {self.capacity}")
+        view = self.buf[self.used * WORDS:(self.used + programs) * WORDS]
+        self.launches.append((kind, self.used, programs))
+        self.used += programs
+        return view
+
+    def read(self) -> list[dict]:
+        """The step's stamps, launch by launch: {kind, start, wait, end, sm} (lists over its programs; ns)."""
+        rows = self.buf[:self.used * WORDS].view(-1, WORDS).tolist()
+        out = []
+        for kind, first, n in self.launches:
+            mine = rows[first:first + n]
+            out.append({"kind": kind, **{k: [r[i] for r in mine] for i, k in enumerate(FIELDS)}})
+        return out
+
+
+ACTIVE: Timeline | None = None  # set by the diagnostic; None: the kernels take no timeline
+
+
+def launch_kwargs(kind: str, programs: int) -> dict:
+    """A launch's timeline argument: TL, a slot of ACTIVE for `programs` programs, where the diagnostic is on;
+    nothing otherwise (the kernel compiles without it)."""
+    return {} if ACTIVE is None else {"TL": ACTIVE.slot(kind, programs)}
+
+
+if triton is not None:
+
+    @triton.jit
+    def now():
+        """The GPU's global timer, ns."""
+        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
+                                         pack=1)
+
+    @triton.jit
+    def put(TL, t0, t1):
+        """This program's stamps: t0 (start), t1 (wait returned), now (end), its SM; programs numbered along axis 0
+        first."""
+        p = 4 * (tl.program_id(0) + tl.program_id(1) * tl.num_programs(0))  # WORDS a program
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        tl.store(TL + p, t0)
+        tl.store(TL + p + 1, t1)
+        tl.store(TL + p + 2, now())
+        tl.store(TL + p + 3, sm.to(tl.int64))
+
+
+def _q(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+
+
+def launch_stats(launch: dict, t0: int) -> dict:
+    """One launch's programs in us from t0: first / median / last start, wait and end, and the median of each
+    program's end - wait (its work after the wait) and wait - start (how early it was resident)."""
+    us = {k: [(v - t0) / 1e3 for v in launch[k]] for k in ("start", "wait", "end")}
+    out = {"kind": launch["kind"], "programs": len(launch["start"])}
+    for k, xs in us.items():
+        out[f"{k}_first"], out[f"{k}_med"], out[f"{k}_last"] = min(xs), _q(xs, 0.5), max(xs)
+    out["work_med"] = statistics.median(e - w for e, w in zip(us["end"], us["wait"]))
+    out["lead_med"] = statistics.median(w - s for w, s in zip(us["wait"], us["start"]))
+    out["sms"] = len(set(launch["sm"]))
+    return out
+
+
+def summarize(steps: list[list[dict]]) -> dict:
+    """Stamps of several replays of one step (read() each) -> per kind, medians over every launch of that kind and
+    every replay: its programs' lead (wait - start) and work (end - wait), its span from the first wait to the last
+    end, the spread of its ends (last - median), and `gap`: its first wait after the previous stamped launch's last
+    end (the boundary as the programs see it; the kernels between them, unstamped, included -- `between` names them
+    when the step is read with its launch list)."""
+    by_kind: dict[str, dict[str, list[float]]] = {}
+    for launches in steps:
+        t0 = min(min(x["start"]) for x in launches)
+        prev = None
+        for x in launches:
+            s = launch_stats(x, t0)
+            d = by_kind.setdefault(x["kind"], {})
+            for k in ("lead_med", "work_med"):
+                d.setdefault(k, []).append(s[k])
+            d.setdefault("span", []).append(s["end_last"] - s["wait_first"])
+            d.setdefault("tail", []).append(s["end_last"] - s["end_med"])
+            d.setdefault("start_before_wait", []).append(s["wait_first"] - s["start_med"])
+            if prev is not None:
+                d.setdefault(f"gap_after_{prev['kind']}", []).append(s["wait_first"] - prev["end_last"])
+            d.setdefault("programs", []).append(s["programs"])
+            d.setdefault("sms", []).append(s["sms"])
+            prev = s
+    return {kind: {k: statistics.median(v) for k, v in d.items()} for kind, d in by_kind.items()}
