@@ -8,7 +8,7 @@ timeline on and replays it from there: every stamped kernel's programs record wh
 returned and when they ended. Both steps are then timed (30 replays each) from the same position and token, the
 positions a run's timed steps take (the cache's position decides how many attention chunks are live). Prints, per
 kind of stamped kernel, medians over its launches (layers) and the replays; then one middle layer's launches on one
-time axis. Writes DIR/timeline_MODEL_ctxN.json: the conditions, both steps' samples, the summary and the middle
+time axis. Writes DIR/timeline_MODEL_ctxN[_OPTS].json: the conditions, both steps' samples, the summary and the middle
 replay's stamps (ns from the step's first start).
 """
 
@@ -78,7 +78,8 @@ def run(model: str, ctx: int, native: str, replays: int, out: Path) -> dict:
            "steps_ns": [[{**x, **{k: [v - t0 for v in x[k]] for k in ("start", "wait", "end")}} for x in s]
                         for s in (steps[len(steps) // 2],) for t0 in [min(min(x["start"]) for x in s)]]}
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"timeline_{model}_ctx{ctx}.json").write_text(json.dumps(rec))
+    opts = "_" + native.replace("=", "-").replace(",", "_") if native else ""  # cells that differ by options only
+    (out / f"timeline_{model}_ctx{ctx}{opts}.json").write_text(json.dumps(rec))
     report(rec, steps)
     return rec
 
