@@ -69,22 +69,24 @@ def run(model: str, ctx: int, native: str, replays: int, out: Path) -> dict:
         ses.close()
     layers = ses.arch.layers
     summary = T.summarize(steps)
+    mid = steps[len(steps) // 2]  # the replay whose stamps are kept and drawn
     rec = {"kind": "timeline", "model": model, "ctx": ctx, "native": native, "device_name": ses.base["device_name"],
            "measured_gbps": ses.base["measured_gbps"], "source_sha256": ses.base.get("source_sha256"),
            "layers": layers, "position": position, "step_ms_samples": plain, "step_ms": statistics.median(plain),
            "stamped_step_ms_samples": stamped, "stamped_step_ms": statistics.median(stamped),
            "summary_us": summary, "chosen": chosen,
            # the middle replay's stamps, ns from the step's first start
-           "steps_ns": [[{**x, **{k: [v - t0 for v in x[k]] for k in ("start", "wait", "end")}} for x in s]
-                        for s in (steps[len(steps) // 2],) for t0 in [min(min(x["start"]) for x in s)]]}
+           "steps_ns": [[{**x, **{k: [v - T.origin(mid) for v in x[k]] for k in ("start", "wait", "end")}}
+                         for x in mid]]}
     out.mkdir(parents=True, exist_ok=True)
     opts = "_" + native.replace("=", "-").replace(",", "_") if native else ""  # cells that differ by options only
     (out / f"timeline_{model}_ctx{ctx}{opts}.json").write_text(json.dumps(rec))
-    report(rec, steps)
+    report(rec, mid)
     return rec
 
 
-def report(rec: dict, steps: list) -> None:
+def report(rec: dict, s: list[dict]) -> None:
+    """The summary, then one middle layer of step `s` (a read() of the timeline) on one time axis."""
     print(f"\n{rec['model']} ctx {rec['ctx']} (stamps from position {rec['position']}): step {rec['step_ms']:.4f} ms, "
           f"with the stamps {rec['stamped_step_ms']:.4f} ms; {rec['measured_gbps']:.0f} GB/s")
     print("per kind, medians over launches and replays (us): lead = wait - start (a program's), work = end - wait,"
@@ -92,10 +94,9 @@ def report(rec: dict, steps: list) -> None:
     for kind, d in rec["summary_us"].items():
         print(f"  {kind:8s} " + "  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                           for k, v in d.items()))
-    s = steps[len(steps) // 2]
     per = len(s) // rec["layers"]
     mid = s[per * (rec["layers"] // 2):per * (rec["layers"] // 2 + 1)]
-    t0 = min(min(x["start"]) for x in s)
+    t0 = T.origin(s)
     base = T.launch_stats(mid[0], t0)["wait_first"]
     print(f"one middle layer (us from its first stamped kernel's first wait return), {per} stamped launches a layer:")
     print("  kind      progs  start first/med/last      wait first/med/last       end first/med/last")

@@ -13,7 +13,8 @@ The kernels that take a timeline (the attention's chunks and merge, the o GEMV w
 MLP; a constexpr pointer TL, None by default: with None they compile to the same code as without it) get a slot per
 launch from ACTIVE (Timeline.slot), which a CUDA graph keeps: every replay rewrites the same slots. The GEMVs of
 Triton's autotuner (q/k/v, o, lm_head) and the CUDA kernels take none: their ends are the next kernel's waits.
-A stamp costs a program three timer reads and four stores, after its work: the diagnostic moves the step by that.
+A stamp costs a program three timer reads (one before its first loads) and four stores after its work: the
+diagnostic moves the step by that.
 
 scripts/timeline.py runs it on a model (`scripts/gpu_check.sh timeline`); summarize() reduces the stamps to a table.
 """
@@ -94,9 +95,9 @@ if triton is not None:
         tl.store(TL + p + 3, sm.to(tl.int64))
 
 
-def _q(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+def origin(launches: list[dict]) -> int:
+    """A step's (read()'s) first program start, ns: the time axis's zero."""
+    return min(min(x["start"]) for x in launches)
 
 
 def launch_stats(launch: dict, t0: int) -> dict:
@@ -105,7 +106,7 @@ def launch_stats(launch: dict, t0: int) -> dict:
     us = {k: [(v - t0) / 1e3 for v in launch[k]] for k in ("start", "wait", "end")}
     out = {"kind": launch["kind"], "programs": len(launch["start"])}
     for k, xs in us.items():
-        out[f"{k}_first"], out[f"{k}_med"], out[f"{k}_last"] = min(xs), _q(xs, 0.5), max(xs)
+        out[f"{k}_first"], out[f"{k}_med"], out[f"{k}_last"] = min(xs), statistics.median(xs), max(xs)
     out["work_med"] = statistics.median(e - w for e, w in zip(us["end"], us["wait"]))
     out["lead_med"] = statistics.median(w - s for w, s in zip(us["wait"], us["start"]))
     out["sms"] = len(set(launch["sm"]))
@@ -115,12 +116,11 @@ def launch_stats(launch: dict, t0: int) -> dict:
 def summarize(steps: list[list[dict]]) -> dict:
     """Stamps of several replays of one step (read() each) -> per kind, medians over every launch of that kind and
     every replay: its programs' lead (wait - start) and work (end - wait), its span from the first wait to the last
-    end, the spread of its ends (last - median), and `gap`: its first wait after the previous stamped launch's last
-    end (the boundary as the programs see it; the kernels between them, unstamped, included -- `between` names them
-    when the step is read with its launch list)."""
+    end, the spread of its ends (last - median), and gap_after_<kind>: its first wait after the previous stamped
+    launch's last end (the boundary as the programs see it, with the unstamped kernels between them)."""
     by_kind: dict[str, dict[str, list[float]]] = {}
     for launches in steps:
-        t0 = min(min(x["start"]) for x in launches)
+        t0 = origin(launches)
         prev = None
         for x in launches:
             s = launch_stats(x, t0)
@@ -129,7 +129,6 @@ def summarize(steps: list[list[dict]]) -> dict:
                 d.setdefault(k, []).append(s[k])
             d.setdefault("span", []).append(s["end_last"] - s["wait_first"])
             d.setdefault("tail", []).append(s["end_last"] - s["end_med"])
-            d.setdefault("start_before_wait", []).append(s["wait_first"] - s["start_med"])
             if prev is not None:
                 d.setdefault(f"gap_after_{prev['kind']}", []).append(s["wait_first"] - prev["end_last"])
             d.setdefault("programs", []).append(s["programs"])
