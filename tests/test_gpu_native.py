@@ -47,6 +47,9 @@ def test_small_models_agree_with_hf_with_the_step_tuners_small_model_choices(nam
             net.o_merge = OM.CANDIDATES[0]
         if a.hidden <= 2048:  # (the tuner's state restored after the test)
             monkeypatch.setitem(TUNER.mlp_choice, (a.hidden, a.intermediate), M.SMALL_TWO[0])
+        if quant_name:  # int4: the whole MLP in one kernel (int4_mlp.py)
+            assert net.int4_mlp_cands
+            net.int4_mlp = net.int4_mlp_cands[0]
 
     _agreement(name, quant_name, ctx=256, steps=STEPS, tweak=tweak)
 
@@ -574,6 +577,76 @@ def test_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
         err = ((out - want).norm() / want.norm()).item()
         print(f"fused mlp {hidden}x{inter} {c}: rel err vs torch {err:.2e}")
         assert err < 1e-4 and torch.equal(x, x0) and not zero.any(), c
+
+
+@pytest.mark.parametrize("hidden, inter", [(2048, 8192), (896, 4864), (1536, 8960), (3072, 8192), (1024, 3072)])
+def test_int4_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
+    """int4_mlp's kernel at llama-3.2-1b's, qwen2.5-0.5b's, qwen2.5-1.5b's, llama-3.2-3b's and qwen3-0.6b's shapes,
+    every candidate that fits (row blocks shared out one by one, whose blocks share down's 64-input blocks, or four by
+    four), against the fp32 torch reference over the same int4 weights: the output buffer gets x + the MLP, the third
+    buffer is zeroed, x is kept."""
+    from floorline.native import int4_mlp as IM
+
+    gu, dn = _int4_case(2 * inter, hidden, seed=inter), _int4_case(hidden, inter, seed=hidden)
+    gate_up = {"w": gu[0], "scales": gu[1], "zeros": gu[2]}
+    down = {"w": dn[0], "scales": dn[1], "zeros": dn[2]}
+    g = torch.Generator("cuda").manual_seed(5)
+    norm_w = torch.rand(hidden, device="cuda", generator=g) + 0.5
+    x = torch.randn(hidden, device="cuda", generator=g) * 3
+    act = R.ref_gemv(gu[0], x, pro=R.PRO_RMSNORM, norm_w=norm_w, scales=gu[1], zeros=gu[2], layout="mma", glu=True)
+    want = x + R.ref_gemv(dn[0], act, scales=dn[1], zeros=dn[2], layout="mma")
+    cands = IM.fitting(hidden, inter, *IM.gpu(torch.cuda.current_device()))
+    assert cands
+    for c in cands:
+        out, zero = torch.zeros(hidden, device="cuda"), torch.full((hidden,), float("nan"), device="cuda")
+        x0 = x.clone()
+        IM.launch(gate_up, down, x, out, zero, norm_w, 1e-6, c, pdl=0)
+        torch.cuda.synchronize()
+        err = ((out - want).norm() / want.norm()).item()
+        print(f"int4 fused mlp {hidden}x{inter} {IM.name(c)}: rel err vs torch {err:.2e}")
+        assert err < 2e-3 and torch.equal(x, x0) and not zero.any(), (c, err)
+
+
+def test_int4_fused_mlp_loads_down_and_its_first_weights_before_the_wait():
+    """In int4_mlp's machine code, the cp.async copies of down's columns (LDGSTS) and the first gate/up weight loads
+    come before griddepcontrol.wait (ACQBULK): their bytes are in flight while the previous kernel runs."""
+    from floorline.native import int4_mlp as IM
+
+    p = IM.plan(2048, 8192, 132, IM.CANDIDATES[0])
+    sass = _sass_of(lambda arch: IM.compile_source(IM._defines(2048, p, 1), arch))
+    body = sass.split("Function : int4_mlp\n", 1)[1]
+    wait = body.index("ACQBULK")
+    assert "LDGSTS" in body[:wait] and body[:wait].count("LDG.E.NA") >= 2, body[:wait][-2000:]
+
+
+@pytest.mark.parametrize("name, ctx", [("llama-3.2-1b", 120), ("qwen2.5-0.5b", 300)])
+def test_the_int4_fused_mlp_matches_the_two_gemv_step_for_every_candidate(name, ctx):
+    """The int4 step with each layer's MLP in one kernel (int4_mlp.py, every candidate that fits) against the step
+    with the two int4 GEMVs, on the same weights and state: 6 steps from the same prompt, the same tokens and logits
+    within fp32 summation order (the residual in three buffers in turn instead of one)."""
+    from floorline import quant
+    from floorline.native import int4_mlp as IM
+    from floorline.native.model import NativeModel
+
+    a = zoo.ZOO[name]
+    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
+    quant.convert(m, quant.get("int4"), torch.bfloat16)
+    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    net = NativeModel(m, ctx + 16, ops="triton")
+    assert net.int4_mlp_cands and len(net.xs) == 3
+
+    def run(config):
+        net.int4_mlp = config
+        return _six_steps(net, prompt)
+
+    with torch.inference_mode():
+        want, wl = run(None)
+        for c in net.int4_mlp_cands:
+            got, gl = run(c)
+            err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+            print(f"{name} int4 ctx {ctx} fused mlp {IM.name(c)} vs the two GEMVs: tokens {got == want}, relative "
+                  f"logit error {err:.2e}")
+            assert got == want and err < 1e-2, (c, got, want, err)
 
 
 def test_floorline_check_passes_on_a_tiny_models_shapes():
