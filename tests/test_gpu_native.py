@@ -47,9 +47,6 @@ def test_small_models_agree_with_hf_with_the_step_tuners_small_model_choices(nam
             net.o_merge = OM.CANDIDATES[0]
         if a.hidden <= 2048:  # (the tuner's state restored after the test)
             monkeypatch.setitem(TUNER.mlp_choice, (a.hidden, a.intermediate), M.SMALL_TWO[0])
-        if quant_name:  # int4: the whole MLP in one kernel (int4_mlp.py)
-            assert net.int4_mlp_cands
-            net.int4_mlp = net.int4_mlp_cands[0]
 
     _agreement(name, quant_name, ctx=256, steps=STEPS, tweak=tweak)
 
@@ -221,9 +218,12 @@ def test_native_runtime_replays_real_tokens(quant_name):
             want.append(int(ref.tok.item()))
     assert int(rt.pos.item()) == 100 + rt.prepare_tokens + 10 == int(ref.pos.item())
     assert rt.describe()["native_pdl_launch"] is (torch.cuda.get_device_capability()[0] >= 9)
-    # the attention's chunk re-timed in the step: the rule's 64 and its half and quarter
-    assert rt.describe()["native_attn_chunk_used"] in (16, 32, 64)
-    assert len(rt.describe()["native_attn_step_tuning"]) == len(A.chunk_candidates(64, 8))
+    # the attention's chunk re-timed in the step: the rule's 64 and its half and quarter, and (a bf16 cache, head_dim
+    # 128: the int4 model's) the CUDA chunks of attn_cuda.config's 128 positions
+    tried = rt.describe()["native_attn_step_tuning"]
+    assert rt.describe()["native_attn_chunk_used"] in (16, 32, 64, 128)
+    assert len(tried) == len(A.chunk_candidates(64, 8)) + bool(quant_name), tried
+    assert ("cuda chunk 128 w8" in tried) is bool(quant_name), tried
     assert toks == want
     tiles = rt.describe()["native_triton_step_tuning"]  # the Triton GEMV's tiles re-timed in the step too
     assert tiles and all(len(t) > 1 for t in tiles.values()) and any("norm" in s for s in tiles), tiles
@@ -579,76 +579,6 @@ def test_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
         assert err < 1e-4 and torch.equal(x, x0) and not zero.any(), c
 
 
-@pytest.mark.parametrize("hidden, inter", [(2048, 8192), (896, 4864), (1536, 8960), (3072, 8192), (1024, 3072)])
-def test_int4_fused_mlp_matches_its_reference_for_every_candidate(hidden, inter):
-    """int4_mlp's kernel at llama-3.2-1b's, qwen2.5-0.5b's, qwen2.5-1.5b's, llama-3.2-3b's and qwen3-0.6b's shapes,
-    every candidate that fits (row blocks shared out one by one, whose blocks share down's 64-input blocks, or four by
-    four), against the fp32 torch reference over the same int4 weights: the output buffer gets x + the MLP, the third
-    buffer is zeroed, x is kept."""
-    from floorline.native import int4_mlp as IM
-
-    gu, dn = _int4_case(2 * inter, hidden, seed=inter), _int4_case(hidden, inter, seed=hidden)
-    gate_up = {"w": gu[0], "scales": gu[1], "zeros": gu[2]}
-    down = {"w": dn[0], "scales": dn[1], "zeros": dn[2]}
-    g = torch.Generator("cuda").manual_seed(5)
-    norm_w = torch.rand(hidden, device="cuda", generator=g) + 0.5
-    x = torch.randn(hidden, device="cuda", generator=g) * 3
-    act = R.ref_gemv(gu[0], x, pro=R.PRO_RMSNORM, norm_w=norm_w, scales=gu[1], zeros=gu[2], layout="mma", glu=True)
-    want = x + R.ref_gemv(dn[0], act, scales=dn[1], zeros=dn[2], layout="mma")
-    cands = IM.fitting(hidden, inter, *IM.gpu(torch.cuda.current_device()))
-    assert cands
-    for c in cands:
-        out, zero = torch.zeros(hidden, device="cuda"), torch.full((hidden,), float("nan"), device="cuda")
-        x0 = x.clone()
-        IM.launch(gate_up, down, x, out, zero, norm_w, 1e-6, c, pdl=0)
-        torch.cuda.synchronize()
-        err = ((out - want).norm() / want.norm()).item()
-        print(f"int4 fused mlp {hidden}x{inter} {IM.name(c)}: rel err vs torch {err:.2e}")
-        assert err < 2e-3 and torch.equal(x, x0) and not zero.any(), (c, err)
-
-
-def test_int4_fused_mlp_loads_down_and_its_first_weights_before_the_wait():
-    """In int4_mlp's machine code, the cp.async copies of down's columns (LDGSTS) and the first gate/up weight loads
-    come before griddepcontrol.wait (ACQBULK): their bytes are in flight while the previous kernel runs."""
-    from floorline.native import int4_mlp as IM
-
-    p = IM.plan(2048, 8192, 132, IM.CANDIDATES[0])
-    sass = _sass_of(lambda arch: IM.compile_source(IM._defines(2048, p, 1), arch))
-    body = sass.split("Function : int4_mlp\n", 1)[1]
-    wait = body.index("ACQBULK")
-    assert "LDGSTS" in body[:wait] and body[:wait].count("LDG.E.NA") >= 2, body[:wait][-2000:]
-
-
-@pytest.mark.parametrize("name, ctx", [("llama-3.2-1b", 120), ("qwen2.5-0.5b", 300)])
-def test_the_int4_fused_mlp_matches_the_two_gemv_step_for_every_candidate(name, ctx):
-    """The int4 step with each layer's MLP in one kernel (int4_mlp.py, every candidate that fits) against the step
-    with the two int4 GEMVs, on the same weights and state: 6 steps from the same prompt, the same tokens and logits
-    within fp32 summation order (the residual in three buffers in turn instead of one)."""
-    from floorline import quant
-    from floorline.native import int4_mlp as IM
-    from floorline.native.model import NativeModel
-
-    a = zoo.ZOO[name]
-    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
-    quant.convert(m, quant.get("int4"), torch.bfloat16)
-    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
-    net = NativeModel(m, ctx + 16, ops="triton")
-    assert net.int4_mlp_cands and len(net.xs) == 3
-
-    def run(config):
-        net.int4_mlp = config
-        return _six_steps(net, prompt)
-
-    with torch.inference_mode():
-        want, wl = run(None)
-        for c in net.int4_mlp_cands:
-            got, gl = run(c)
-            err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
-            print(f"{name} int4 ctx {ctx} fused mlp {IM.name(c)} vs the two GEMVs: tokens {got == want}, relative "
-                  f"logit error {err:.2e}")
-            assert got == want and err < 1e-2, (c, got, want, err)
-
-
 def test_floorline_check_passes_on_a_tiny_models_shapes():
     """`floorline check`'s rows (bench/check.py) on tiny-llama's shapes, unchecked rows none: every kernel of the step
     (bf16 and int4 GEMVs, the fused MLP, the attention, the step's ends) against its reference on this GPU."""
@@ -698,6 +628,33 @@ def test_persistent_layers_match_the_kernel_step_for_every_candidate(name, ctx):
             err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
             print(f"{name} ctx {ctx} persist {c.name()} vs the kernel step: tokens {got == want}, "
                   f"relative logit error {err:.2e}, chunks {net.persist.nchunk}")
+            assert got == want and err < 1e-2, (c, got, want, err)
+
+
+@pytest.mark.parametrize("name, ctx", [("qwen3-0.6b", 300), ("llama-3.2-3b", 700)])
+def test_the_cuda_chunks_the_step_tuner_tries_match_the_triton_chunks(name, ctx):
+    """Below 8192 positions the step tuner also times the CUDA attention chunks (attention.AttnScratch._cuda_cand):
+    their partials land in buffers sized for the tuner's shortest Triton chunk (a wider stride than their own chunk
+    count). 6 steps from the same prompt with them, and with each Triton candidate, on the same bf16 weights: the
+    same tokens and logits within fp32 summation order (qwen3-0.6b: the q/k norm)."""
+    from floorline.native.model import NativeModel
+
+    a = zoo.ZOO[name]
+    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
+    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    net = NativeModel(m, ctx + 16, ops="triton")
+    cuda = [c for c in net.attn.cands if len(c) == 3]
+    assert len(cuda) == 1 and net.attn.m.shape[1] > -(-net.max_len // cuda[0][1])
+
+    with torch.inference_mode():
+        net.attn.use(cuda[0])
+        want, wl = _six_steps(net, prompt)
+        for c in [c for c in net.attn.cands if len(c) == 2]:
+            net.attn.use(c)
+            got, gl = _six_steps(net, prompt)
+            err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+            print(f"{name} ctx {ctx} Triton chunks {c} vs the CUDA chunks {cuda[0]}: tokens {got == want}, relative "
+                  f"logit error {err:.2e}")
             assert got == want and err < 1e-2, (c, got, want, err)
 
 

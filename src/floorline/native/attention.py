@@ -232,17 +232,19 @@ def chunk_candidates(chunk: int, warps: int) -> list[tuple[int, int]]:
 
 
 def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int = 30) -> None:
-    """The Triton attention's (chunk, warps) chosen in the whole decode step: each of scratch.cands compiled by
-    `warm()` (one attention launch outside any graph capture: over the current position, which a step rewrites
-    before it reads it), then timed (timing.fastest_in_step), the fastest kept in `scratch`. Nothing to time for the
-    CUDA chunks, a fixed chunk (NativeOptions.attn_chunk) or the interpreter."""
+    """The Triton attention's (chunk, warps), or the CUDA chunks, chosen in the whole decode step: each of
+    scratch.cands compiled by `warm()` (one attention launch outside any graph capture: over the current position,
+    which a step rewrites before it reads it), then timed (timing.fastest_in_step), the fastest kept in `scratch`.
+    Nothing to time from ATTN_CUDA_FROM positions (the CUDA chunks), for a fixed kernel or chunk (NativeOptions
+    attn_kernel, attn_chunk) or in the interpreter."""
     from floorline.device import timing
     from floorline.native.tuner import TUNER
 
     if len(scratch.cands) < 2:
         return
     times = timing.fastest_in_step(scratch.cands, scratch.use, capture, state, reps, warm=warm)
-    TUNER.step_tuning["attn"] = {f"chunk {c} w{w}": round(t, 4) for (c, w), t in times.items()}
+    TUNER.step_tuning["attn"] = {("cuda " if len(c) == 3 else "") + "chunk {} w{}".format(*c[-2:]): round(t, 4)
+                                 for c, t in times.items()}
 
 
 # (programs a query head, warps a program) of the merge: each program a quarter of the head's dims, one warp, small
@@ -288,21 +290,40 @@ class AttnScratch:
             self.chunk = chunk or (ATTN_CHUNK if INTERPRET else attn_chunk_len(length, kv_heads, sms))
             self.warps = warps or 8  # measured on the H200 (a sweep of the kernel: 7.1 us against 8.0 with 4)
             if not (chunk or warps or INTERPRET or device.type != "cuda"):
-                self.cands = chunk_candidates(self.chunk, self.warps)
+                self.cands = chunk_candidates(self.chunk, self.warps) + self._cuda_cand(
+                    kernel, heads, kv_heads, head_dim, dtype, length, sms, device)
         self.merge = merge_launch(head_dim, merge)
         self.stages = stages or ATTN_STAGES
-        self.use((self.chunk, self.warps))
+        self.use(("cuda", self.chunk, self.warps) if self.backend == "cuda" else (self.chunk, self.warps))
         # the partials' buffers hold the most chunks any candidate has (their stride, NCHUNK, is theirs)
-        least = min([self.chunk] + [c for c, _ in self.cands])
+        least = min([self.chunk] + [c[-2] for c in self.cands])
         shape = (kv_heads, -(-length // least), self.gp)
         self.m = torch.empty(shape, device=device, dtype=torch.float32)
         self.l = torch.empty(shape, device=device, dtype=torch.float32)
         self.o = torch.empty(*shape, head_dim, device=device, dtype=torch.float32)
         self.out = torch.empty(heads * head_dim, device=device, dtype=torch.float32)
 
-    def use(self, choice: tuple[int, int]) -> None:
-        """Run with (chunk, warps): positions a chunk program covers and its warps (a step-tuner candidate)."""
-        self.chunk, self.warps = choice
+    @staticmethod
+    def _cuda_cand(kernel, heads, kv_heads, head_dim, dtype, length, sms, device) -> list[tuple]:
+        """With attn_kernel auto below ATTN_CUDA_FROM positions, the CUDA chunks (at attn_cuda.config's chunk and
+        warps) as one more candidate for the step tuner, where they build. Triton's chunks of 64 run two programs an
+        SM: where a step's live (chunk, KV head) programs outnumber them, the chunk holding the position starts in a
+        second wave (qwen3-8b from position 2112: 4.009 ms a step against 3.956 with the CUDA chunks; llama-3.1-8b
+        3.881 / 3.827, llama-3.2-3b 1.934 / 1.898; at ctx 2048 a tie within 0.2%: docs/lab/2026-12-03-step-
+        timeline.md). The tuner times both where the step runs, so a cache short of that cliff keeps whichever is
+        faster there."""
+        from floorline.native import attn_cuda
+
+        if kernel != "auto" or attn_cuda.unavailable(device, heads, kv_heads, head_dim, dtype) is not None:
+            return []
+        w, c = attn_cuda.config(length, kv_heads, sms)
+        return [("cuda", c, w)]
+
+    def use(self, choice: tuple) -> None:
+        """Run with (chunk, warps) of the Triton chunks, or ("cuda", chunk, warps) of the CUDA ones: positions a chunk
+        program covers and its warps (a step-tuner candidate)."""
+        self.backend = "cuda" if len(choice) == 3 else "triton"
+        self.chunk, self.warps = choice[-2:]
         self.tile = min(self.fixed_tile or ATTN_BL, self.chunk)
         self.nchunk = -(-self.length // self.chunk)  # the chunk programs a kv head launches
 

@@ -103,9 +103,11 @@ def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l,
            pdl: int = 0, qk_norm: tuple | None = None) -> None:
     """The Triton _attn_chunk's contract: RoPE of q and k at `pos` (each head RMS-normalised first by qk_norm's (q
     weights, k weights, eps): Qwen3), k and v written to the caches (kv_heads, L, 128) bf16 at `pos`, each live
-    (chunk, kv head)'s partial softmax sums into m, l (kv_heads, nchunk, gp) and o (..., 128), fp32."""
-    kv_heads, nchunk, gp = m.shape
-    kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, nchunk, gp, pdl, qk_norm is not None))
+    (chunk, kv head)'s partial softmax sums into m, l (kv_heads, stride, gp) and o (..., 128), fp32; stride at least
+    the cache's chunks (more where AttnScratch sized them for a shorter chunk of the step tuner's)."""
+    kv_heads, stride, gp = m.shape  # (stride: chunks a KV head's partials hold, sized for the shortest candidate)
+    nchunk = -(-k_cache.shape[1] // chunk)  # the chunk programs a KV head launches
+    kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, stride, gp, pdl, qk_norm is not None))
     qn, kn, eps = qk_norm if qk_norm is not None else (qkv, qkv, 0.0)  # (not read without QKN)
     vals = [ctypes.c_void_p(t.data_ptr()) for t in (qkv, cos, sin, pos, k_cache, v_cache, m, l, o)]
     vals += [ctypes.c_float(scale), ctypes.c_longlong(k_cache.stride(0)), ctypes.c_void_p(qn.data_ptr()),

@@ -25,7 +25,6 @@ from floorline.core.errors import UserError
 from floorline.native import attention as A
 from floorline.native import ends as E
 from floorline.native import gemv as G
-from floorline.native import int4_mlp as IM
 from floorline.native import mlp as M
 from floorline.native import o_merge as OM
 from floorline.native import pdl as P
@@ -54,10 +53,6 @@ class NativeModel:
         self.final_norm = hf.model.norm.weight.float()  # norms in fp32 (tiny): the int4 CUDA GEMV reads them so
         self.lm_head = hf.lm_head.weight
         self.layers = [self._layer(layer) for layer in hf.model.layers]
-        # int4 in the CUDA GEMV's layout: the whole MLP in one kernel (int4_mlp.py) is a launch config the step tuner
-        # times against the two GEMVs (None, until it chooses), where its shapes fit
-        self.int4_mlp = None
-        self.int4_mlp_cands = self._int4_mlp_cands(ops, options, dev)
         rot = hf.model.rotary_emb
         self.cos, self.sin = R.rope_tables(rot.inv_freq, max_len, float(getattr(rot, "attention_scaling", 1.0)), dev)
         dt = self.embed.dtype
@@ -107,7 +102,7 @@ class NativeModel:
         h, kv, d = self.heads, self.kv_heads, self.head_dim
         inter = self.layers[0]["gate_up"]["rows"] // 2
         # the residual stream: o and down add into it in place; with the fused MLP, three buffers in turn (mlp.py)
-        self.xs = torch.zeros(3 if self.fused_mlp or self.int4_mlp_cands else 1, self.hidden, **f32)
+        self.xs = torch.zeros(3 if self.fused_mlp else 1, self.hidden, **f32)
         self.x = self.xs[0]
         self.qkv = torch.zeros((h + 2 * kv) * d, **f32)
         # silu(gate) * up, from the gate_up GEMV's epilogue (the fused MLP keeps it in registers)
@@ -119,15 +114,6 @@ class NativeModel:
         # int4 q/k/v in the CUDA GEMV's layout adds into self.qkv (split-K allowed), which the attention zeroes once
         # it has read it (zeros here for the first layer)
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
-
-    def _int4_mlp_cands(self, ops: str, options: NativeOptions, dev) -> list:
-        """The fused int4 MLP's launch configs that fit this model on `dev` (int4_mlp.fitting), or none: dense or
-        `rows`-layout weights, mlp=gemv, the torch ops, tensor parallelism."""
-        lay = self.layers[0]
-        if (ops != "triton" or options.mlp != "fused" or type(self) is not NativeModel or dev.type != "cuda"
-                or lay["gate_up"].get("layout") != "mma" or lay["down"].get("layout") != "mma"):
-            return []
-        return IM.fitting(self.hidden, lay["gate_up"]["rows"] // 2, *IM.gpu(dev.index))
 
     # ------------------------------------------------------------------------------------------------ ops
     def _gemv(self, m: dict, x, out, **kw):
@@ -168,11 +154,9 @@ class NativeModel:
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
         """One token: self.tok at self.pos in, the next token and position out, all on the device, in place."""
-        x, xs = self.x, self.xs
-        three = self.fused_mlp or self.int4_mlp is not None
-        nbuf = 3 if three else 1  # layer i reads xs[i % nbuf]: one buffer, or a fused MLP's three in turn
+        x, xs = self.x, self.xs  # layer i reads xs[i % len(xs)]: one buffer, or the fused MLP's three in turn
         if self.ops == "triton":  # a PDL launch: the first q/k/v GEMV's programs load weights while it runs
-            E.tri_embed(self.embed, self.tok, x, zero_next=three, pdl=self.pdl)
+            E.tri_embed(self.embed, self.tok, x, zero_next=self.fused_mlp, pdl=self.pdl)
             if self.persist_on:
                 self.persist.launch()
                 self._ends(xs[len(self.layers) % 3])
@@ -182,7 +166,7 @@ class NativeModel:
             if self.fused_mlp:
                 xs[1].zero_()
         for i, lay in enumerate(self.layers):
-            x = xs[i % nbuf]
+            x = xs[i % len(xs)]
             self._qkv(lay, x)
             if self.o_merge is not None:  # x += o(merge of the chunks), the merge inside the o GEMV
                 self._attention(i, merge=False)
@@ -193,13 +177,9 @@ class NativeModel:
             if self.fused_mlp:  # into the next buffer (zeroed), the one after it zeroed for the next layer
                 self._mlp(lay, x, xs[(i + 1) % 3], xs[(i + 2) % 3])
                 continue
-            if self.int4_mlp is not None:  # likewise, int4 (int4_mlp.py)
-                IM.launch(lay["gate_up"], lay["down"], x, xs[(i + 1) % 3], xs[(i + 2) % 3], lay["ffn_norm"], self.eps,
-                          self.int4_mlp, self.pdl)
-                continue
             self._gemv(lay["gate_up"], x, self.act, pro=R.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
             self._gemv(lay["down"], self.act, x, residual=x)
-        self._ends(xs[len(self.layers) % nbuf])
+        self._ends(xs[len(self.layers) % len(xs)])
 
     def _ends(self, x) -> None:
         """lm_head of the final norm of x into the logits, then the next token and position."""

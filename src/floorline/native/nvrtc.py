@@ -15,7 +15,7 @@ import torch
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
-HEADERS = ("pdl.cuh", "int4_ops.cuh")  # what the .cu files may include
+HEADERS = ("pdl.cuh",)  # what the .cu files may include
 
 
 def source(name: str) -> str:

@@ -38,14 +38,12 @@ class Native(Runtime):
 
     def describe(self) -> dict:
         """The options asked for, and what the step resolved them to and tuned (kept in the record)."""
-        from floorline.native import int4_cuda, int4_mlp, o_merge
+        from floorline.native import int4_cuda, o_merge
         from floorline.native.tuner import TUNER
 
         persist = self.net.persist.config.name() if self.net.persist_on else None
         om = o_merge.name(self.net.o_merge) if self.net.o_merge is not None else None
-        im = int4_mlp.name(self.net.int4_mlp) if self.net.int4_mlp is not None else None
         return {"native_pdl_launch": bool(self.net.pdl), "native_persist_used": persist, "native_o_merge_used": om,
-                "native_int4_mlp_used": im,
                 "native_fused_mlp": self.net.fused_mlp, "native_attn": self.net.attn.name(),
                 "native_attn_chunk_used": self.net.attn.chunk, "native_int4_configs": int4_cuda.tuned() or None,
                 **TUNER.record()}
@@ -57,11 +55,10 @@ class Native(Runtime):
 
     def prepare(self) -> None:
         """Capture the step (its warm-up steps compile and tune every kernel first); with step_tune, re-time the
-        tuned launch choices inside the whole step (int4 GEMV configs, the int4 MLP in one kernel or two GEMVs,
-        Triton GEMV tiles, fused-MLP tiles, the
+        tuned launch choices inside the whole step (int4 GEMV configs, Triton GEMV tiles, fused-MLP tiles, the
         attention's chunk, the merge inside the o GEMV or not, the persistent kernel's launches and, with
         persist=auto, whether to run it), then capture again."""
-        from floorline.native import attention, gemv, int4_cuda, int4_mlp, mlp, o_merge, persist
+        from floorline.native import attention, gemv, int4_cuda, mlp, o_merge, persist
         from floorline.native.tuner import TUNER
 
         t0 = time.perf_counter()
@@ -76,7 +73,6 @@ class Native(Runtime):
             capture, state = (lambda: capture_graph(net.step, 0)), [net.tok, net.pos]
             if TUNER.int4_ranked:
                 int4_cuda.retune_in_step(capture, state)
-            int4_mlp.retune_in_step(net, capture, state)
             gemv.retune_in_step(capture, state)
             if net.fused_mlp:
                 mlp.retune_in_step(capture, state)
