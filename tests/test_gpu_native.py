@@ -219,11 +219,14 @@ def test_native_runtime_replays_real_tokens(quant_name):
     assert int(rt.pos.item()) == 100 + rt.prepare_tokens + 10 == int(ref.pos.item())
     assert rt.describe()["native_pdl_launch"] is (torch.cuda.get_device_capability()[0] >= 9)
     # the attention's chunk re-timed in the step: the rule's 64 and its half and quarter, and (a bf16 cache, head_dim
-    # 128: the int4 model's) the CUDA chunks of attn_cuda.config's 128 positions
+    # 128: the int4 model's; where they build) the CUDA chunks of attn_cuda.config's 128 positions
+    from floorline.native import attn_cuda
+
+    cuda = bool(quant_name) and attn_cuda.unavailable(torch.device("cuda"), 8, 2, 128, torch.bfloat16) is None
     tried = rt.describe()["native_attn_step_tuning"]
-    assert rt.describe()["native_attn_chunk_used"] in (16, 32, 64, 128)
-    assert len(tried) == len(A.chunk_candidates(64, 8)) + bool(quant_name), tried
-    assert ("cuda chunk 128 w8" in tried) is bool(quant_name), tried
+    assert rt.describe()["native_attn_chunk_used"] in (16, 32, 64) + ((128,) if cuda else ())
+    assert len(tried) == len(A.chunk_candidates(64, 8)) + cuda, tried
+    assert ("cuda chunk 128 w8" in tried) is cuda, tried
     assert toks == want
     tiles = rt.describe()["native_triton_step_tuning"]  # the Triton GEMV's tiles re-timed in the step too
     assert tiles and all(len(t) > 1 for t in tiles.values()) and any("norm" in s for s in tiles), tiles
@@ -636,10 +639,14 @@ def test_the_cuda_chunks_the_step_tuner_tries_match_the_triton_chunks(name, ctx)
     """Below 8192 positions the step tuner also times the CUDA attention chunks (attention.AttnScratch._cuda_cand):
     their partials land in buffers sized for the tuner's shortest Triton chunk (a wider stride than their own chunk
     count). 6 steps from the same prompt with them, and with each Triton candidate, on the same bf16 weights: the
-    same tokens and logits within fp32 summation order (qwen3-0.6b: the q/k norm)."""
+    same tokens, and logits within 2e-2 (two kernels' tile orders and roundings over a bf16 cache; HF's own bf16 path
+    is 4-6e-2 from fp32 on these models; qwen3-0.6b: the q/k norm)."""
+    from floorline.native import attn_cuda
     from floorline.native.model import NativeModel
 
     a = zoo.ZOO[name]
+    if (why := attn_cuda.unavailable(torch.device("cuda"), a.heads, a.kv_heads, a.head_dim, torch.bfloat16)):
+        pytest.skip(why)
     m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
     prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
     net = NativeModel(m, ctx + 16, ops="triton")
@@ -655,7 +662,7 @@ def test_the_cuda_chunks_the_step_tuner_tries_match_the_triton_chunks(name, ctx)
             err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
             print(f"{name} ctx {ctx} Triton chunks {c} vs the CUDA chunks {cuda[0]}: tokens {got == want}, relative "
                   f"logit error {err:.2e}")
-            assert got == want and err < 1e-2, (c, got, want, err)
+            assert got == want and err < 2e-2, (c, got, want, err)
 
 
 @pytest.mark.parametrize("name, ctx", [("llama-3.2-1b", 120), ("qwen2.5-0.5b", 120), ("qwen3-0.6b", 2000)])

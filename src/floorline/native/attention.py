@@ -3,7 +3,8 @@
 1. chunks: one program per (kv head, chunk of the cache) rotates q and k at the current position (read from the
    device: graph-safe); the chunk holding the position writes k and v into the cache; every program scores all query
    heads of its group with tensor cores over its chunk and writes partial softmax sums (m, l, o). Triton's
-   _attn_chunk, or attn_cuda's CUDA kernel (from ATTN_CUDA_FROM positions, where it measured faster).
+   _attn_chunk, or attn_cuda's CUDA kernel (from ATTN_CUDA_FROM positions, where it measured faster; below, where
+   the step tuner measures it faster in the step).
 2. merge: each query head's chunks combined (Triton's _attn_merge), in `split` programs of `warps` warps a head, each
    a share of its dims: many small programs that fit beside a chunk program and start before the chunks end.
 """
@@ -235,8 +236,9 @@ def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int =
     """The Triton attention's (chunk, warps), or the CUDA chunks, chosen in the whole decode step: each of
     scratch.cands compiled by `warm()` (one attention launch outside any graph capture: over the current position,
     which a step rewrites before it reads it), then timed (timing.fastest_in_step), the fastest kept in `scratch`.
-    Nothing to time from ATTN_CUDA_FROM positions (the CUDA chunks), for a fixed kernel or chunk (NativeOptions
-    attn_kernel, attn_chunk) or in the interpreter."""
+    Nothing to time from ATTN_CUDA_FROM positions (the CUDA chunks), with attn_kernel=cuda or a fixed chunk
+    (NativeOptions attn_kernel, attn_chunk) or in the interpreter; attn_kernel=triton times Triton's candidates
+    only."""
     from floorline.device import timing
     from floorline.native.tuner import TUNER
 
@@ -264,8 +266,9 @@ def merge_launch(head_dim: int, merge: tuple[int, int] = MERGE) -> tuple[int, in
 
 class AttnScratch:
     """The flash-decoding partials for a cache of `length` positions: static buffers a CUDA graph can keep, and the
-    kernels' launch parameters. kernel (NativeOptions.attn_kernel) picks the chunk kernel (attn_backend); chunk (0:
-    sized to the GPU) the positions a chunk program covers. Triton: tile, warps and pipeline stages of the tile loop
+    kernels' launch parameters. kernel (NativeOptions.attn_kernel) picks the chunk kernel the step starts from
+    (attn_backend; with auto the step tuner may switch to the other, retune_in_step); chunk (0: sized to the GPU) the
+    positions a chunk program covers. Triton: tile, warps and pipeline stages of the tile loop
     default to ATTN_BL, 8 warps and ATTN_STAGES. CUDA: warps by attn_cuda.config's rule. pdl: the kernels' PDL switch
     (pdl.mode). merge: (programs a head, warps) of the merge (MERGE).
     """
@@ -280,7 +283,7 @@ class AttnScratch:
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
         self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel, chunk)
         self.length, self.fixed_tile = length, tile
-        self.cands = []  # (chunk, warps) the step tuner times (retune_in_step); empty: nothing to choose
+        self.cands = []  # (chunk, warps), or ("cuda", chunk, warps), the step tuner times; empty: nothing to choose
         if self.backend == "cuda":
             from floorline.native import attn_cuda
 
@@ -309,9 +312,10 @@ class AttnScratch:
         warps) as one more candidate for the step tuner, where they build. Triton's chunks of 64 run two programs an
         SM: where a step's live (chunk, KV head) programs outnumber them, the chunk holding the position starts in a
         second wave (qwen3-8b from position 2112: 4.009 ms a step against 3.956 with the CUDA chunks; llama-3.1-8b
-        3.881 / 3.827, llama-3.2-3b 1.934 / 1.898; at ctx 2048 a tie within 0.2%: docs/lab/2026-12-03-step-
-        timeline.md). The tuner times both where the step runs, so a cache short of that cliff keeps whichever is
-        faster there."""
+        3.881 / 3.827, llama-3.2-3b 1.934 / 1.898: docs/lab/2026-12-03-step-timeline.md), while at ctx 2048 the
+        CUDA chunks were 0.8% (llama-3.1-8b) and 1.0% (llama-3.2-3b) slower in the same process
+        (docs/lab/2026-12-04-attn-second-wave.md). The tuner times both where the step runs, so each cell keeps
+        whichever is faster there."""
         from floorline.native import attn_cuda
 
         if kernel != "auto" or attn_cuda.unavailable(device, heads, kv_heads, head_dim, dtype) is not None:

@@ -107,6 +107,8 @@ def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l,
     the cache's chunks (more where AttnScratch sized them for a shorter chunk of the step tuner's)."""
     kv_heads, stride, gp = m.shape  # (stride: chunks a KV head's partials hold, sized for the shortest candidate)
     nchunk = -(-k_cache.shape[1] // chunk)  # the chunk programs a KV head launches
+    if nchunk > stride:
+        raise ValueError(f"attn_cuda.chunks: {nchunk} chunks of {chunk} positions, partials for {stride}")
     kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, stride, gp, pdl, qk_norm is not None))
     qn, kn, eps = qk_norm if qk_norm is not None else (qkv, qkv, 0.0)  # (not read without QKN)
     vals = [ctypes.c_void_p(t.data_ptr()) for t in (qkv, cos, sin, pos, k_cache, v_cache, m, l, o)]
