@@ -592,6 +592,23 @@ def test_floorline_check_passes_on_a_tiny_models_shapes():
     assert all(r["ok"] for r in rows), [(r["kernel"], r["fmt"], r["rel_err"]) for r in rows if not r["ok"]]
 
 
+def _bf16_net(name: str, ctx: int, **options):
+    """A zoo model with random bf16 weights on the GPU, its native step (room for ctx + 16 positions; `options`:
+    NativeOptions fields) and a ctx-token prompt: the step comparisons' common start."""
+    from floorline.native.model import NativeModel
+    from floorline.native.options import NativeOptions
+
+    a = zoo.ZOO[name]
+    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
+    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    return NativeModel(m, ctx + 16, ops="triton", options=NativeOptions(**options)), prompt
+
+
+def _logit_err(got: list, want: list) -> float:
+    """The largest relative error of one run's logits against another's, step by step."""
+    return max(((g - w).norm() / w.norm()).item() for g, w in zip(got, want))
+
+
 def _six_steps(net, prompt):
     """The prompt prefilled, then 6 decode steps: their tokens and (copies of) their logits."""
     net.prefill(prompt, 512)
@@ -609,13 +626,8 @@ def test_persistent_layers_match_the_kernel_step_for_every_candidate(name, ctx):
     launch candidate, 6 steps from the same prompt: the same tokens and logits within fp32 summation order. qwen3-0.6b
     at 1000 positions: the q/k norm, hidden 1024 against 2048 of q heads, and several chunks with their merges."""
     from floorline.native import persist as PS
-    from floorline.native.model import NativeModel
-    from floorline.native.options import NativeOptions
 
-    a = zoo.ZOO[name]
-    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
-    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
-    net = NativeModel(m, ctx + 16, ops="triton", options=NativeOptions(persist="on"))
+    net, prompt = _bf16_net(name, ctx, persist="on")
 
     def run(on: bool):
         net.persist_on = on
@@ -628,7 +640,7 @@ def test_persistent_layers_match_the_kernel_step_for_every_candidate(name, ctx):
             got, gl = run(True)
             torch.cuda.synchronize()
             net.persist.check()
-            err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+            err = _logit_err(gl, wl)
             print(f"{name} ctx {ctx} persist {c.name()} vs the kernel step: tokens {got == want}, "
                   f"relative logit error {err:.2e}, chunks {net.persist.nchunk}")
             assert got == want and err < 1e-2, (c, got, want, err)
@@ -642,24 +654,21 @@ def test_the_cuda_chunks_the_step_tuner_tries_match_the_triton_chunks(name, ctx)
     same tokens, and logits within 2e-2 (two kernels' tile orders and roundings over a bf16 cache; HF's own bf16 path
     is 4-6e-2 from fp32 on these models; qwen3-0.6b: the q/k norm)."""
     from floorline.native import attn_cuda
-    from floorline.native.model import NativeModel
 
     a = zoo.ZOO[name]
     if (why := attn_cuda.unavailable(torch.device("cuda"), a.heads, a.kv_heads, a.head_dim, torch.bfloat16)):
         pytest.skip(why)
-    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
-    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
-    net = NativeModel(m, ctx + 16, ops="triton")
-    cuda = [c for c in net.attn.cands if len(c) == 3]
+    net, prompt = _bf16_net(name, ctx)
+    cuda = [c for c in net.attn.cands if A.is_cuda(c)]
     assert len(cuda) == 1 and net.attn.m.shape[1] > -(-net.max_len // cuda[0][1])
 
     with torch.inference_mode():
         net.attn.use(cuda[0])
         want, wl = _six_steps(net, prompt)
-        for c in [c for c in net.attn.cands if len(c) == 2]:
+        for c in [c for c in net.attn.cands if not A.is_cuda(c)]:
             net.attn.use(c)
             got, gl = _six_steps(net, prompt)
-            err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+            err = _logit_err(gl, wl)
             print(f"{name} ctx {ctx} Triton chunks {c} vs the CUDA chunks {cuda[0]}: tokens {got == want}, relative "
                   f"logit error {err:.2e}")
             assert got == want and err < 2e-2, (c, got, want, err)
@@ -671,12 +680,8 @@ def test_the_merge_inside_o_matches_the_kernel_step_for_every_candidate(name, ct
     the attention chunks the step tuner tries, against the step with the merge kernel then o, on the same bf16
     weights and state: 6 steps from the same prompt, the same tokens and logits within fp32 summation order."""
     from floorline.native import o_merge as OM
-    from floorline.native.model import NativeModel
 
-    a = zoo.ZOO[name]
-    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
-    prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
-    net = NativeModel(m, ctx + 16, ops="triton")
+    net, prompt = _bf16_net(name, ctx)
     assert net.o_merge_ok
 
     def run(config):
@@ -689,7 +694,7 @@ def test_the_merge_inside_o_matches_the_kernel_step_for_every_candidate(name, ct
             want, wl = run(None)
             for c in OM.CANDIDATES:
                 got, gl = run(c)
-                err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+                err = _logit_err(gl, wl)
                 print(f"{name} ctx {ctx} chunk {chunk} o_merge {OM.name(c)} vs the merge kernel then o: tokens "
                       f"{got == want}, relative logit error {err:.2e}")
                 assert got == want and err < 1e-2, (chunk, c, got, want, err)
@@ -735,12 +740,9 @@ def test_the_step_timeline_stamps_every_program_without_changing_the_tokens(o_me
     the wait is on the whole previous grid), so the stamps read one clock across the SMs."""
     from floorline.native import o_merge as OM
     from floorline.native import timeline as T
-    from floorline.native.model import NativeModel
 
     a = zoo.ZOO["llama-3.2-1b"]
-    m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
-    prompt = torch.randint(0, a.vocab, (1, 120), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
-    net = NativeModel(m, 136, ops="triton")
+    net, prompt = _bf16_net("llama-3.2-1b", 120)
     net.o_merge = OM.CANDIDATES[0] if o_merge else None
     line = T.Timeline(torch.device("cuda"))
     with torch.inference_mode():
@@ -759,7 +761,7 @@ def test_the_step_timeline_stamps_every_program_without_changing_the_tokens(o_me
                 gl.append(net.logits.clone())
         finally:
             T.ACTIVE = None
-    err = max(((g - w).norm() / w.norm()).item() for g, w in zip(gl, wl))
+    err = _logit_err(gl, wl)
     assert got == want and err < 1e-2, (got, want, err)
     kinds = ["chunks", "o_merge" if o_merge else "merge", "mlp"] * a.layers
     for launches in steps:

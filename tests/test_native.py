@@ -245,6 +245,16 @@ def test_the_step_tuner_tries_smaller_attention_chunks_only_where_the_chunk_is_n
     assert tuned == []  # fewer than two candidates: nothing compiled, nothing timed
 
 
+def test_an_attention_choice_sets_its_kernel_chunk_and_program_count():
+    """AttnScratch.use takes the step tuner's candidates of both kernels: ("cuda", chunk, warps) switches the step to
+    the CUDA chunks, (chunk, warps) back to Triton's, each with its own count of chunk programs."""
+    s = A.AttnScratch(4, 2, 32, 4096, "cpu")
+    s.use(("cuda", 128, 4))
+    assert A.is_cuda(("cuda", 128, 4)) and (s.backend, s.chunk, s.warps, s.nchunk) == ("cuda", 128, 4, 32)
+    s.use((32, 8))
+    assert not A.is_cuda((32, 8)) and (s.backend, s.chunk, s.warps, s.nchunk, s.tile) == ("triton", 32, 8, 128, 32)
+
+
 
 @interpreted
 @pytest.mark.parametrize("case", ["tie across programs", "all negative", "one program", "max in the last element"])

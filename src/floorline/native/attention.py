@@ -220,6 +220,12 @@ def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length
 CHUNK_LEAST = 16  # the smallest chunk the step tuner tries: one tensor-core tile of positions
 
 
+def is_cuda(choice: tuple) -> bool:
+    """Whether an attention choice (AttnScratch.use) is the CUDA chunks', ("cuda", chunk, warps), not Triton's
+    (chunk, warps)."""
+    return choice[0] == "cuda"
+
+
 def chunk_candidates(chunk: int, warps: int) -> list[tuple[int, int]]:
     """(chunk, warps) of the Triton chunk kernel that the step tuner times (retune_in_step): the rule's (first), then
     halves and quarters of its chunk, with 8 and 4 warps. Short caches leave the rule's chunk programs too few to
@@ -245,7 +251,7 @@ def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int =
     if len(scratch.cands) < 2:
         return
     times = timing.fastest_in_step(scratch.cands, scratch.use, capture, state, reps, warm=warm)
-    TUNER.step_tuning["attn"] = {("cuda " if len(c) == 3 else "") + "chunk {} w{}".format(*c[-2:]): round(t, 4)
+    TUNER.step_tuning["attn"] = {("cuda " if is_cuda(c) else "") + "chunk {} w{}".format(*c[-2:]): round(t, 4)
                                  for c, t in times.items()}
 
 
@@ -326,7 +332,7 @@ class AttnScratch:
     def use(self, choice: tuple) -> None:
         """Run with (chunk, warps) of the Triton chunks, or ("cuda", chunk, warps) of the CUDA ones: positions a chunk
         program covers and its warps (a step-tuner candidate)."""
-        self.backend = "cuda" if len(choice) == 3 else "triton"
+        self.backend = "cuda" if is_cuda(choice) else "triton"
         self.chunk, self.warps = choice[-2:]
         self.tile = min(self.fixed_tile or ATTN_BL, self.chunk)
         self.nchunk = -(-self.length // self.chunk)  # the chunk programs a kv head launches
