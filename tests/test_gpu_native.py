@@ -700,6 +700,28 @@ def test_the_merge_inside_o_matches_the_kernel_step_for_every_candidate(name, ct
                 assert got == want and err < 1e-2, (chunk, c, got, want, err)
 
 
+@pytest.mark.parametrize("name, ctx", [("qwen3-0.6b", 1000), ("llama-3.2-1b", 120)])
+def test_the_kv_prefetch_changes_no_token(name, ctx):
+    """The fused MLP asking the L2 for the next layer's KV cache (mlp.KV_PREFETCH 1 and 2) against the step without,
+    on the same bf16 weights and state: a prefetch is a hint, so 6 steps give the same tokens and logits within fp32
+    summation order (the MLP's atomics land in another order). The kernels with the prefetch run (a launch fault
+    would fail here), and kv_prefetch_fits allows these caches."""
+    from floorline.native import mlp as M
+
+    net, prompt = _bf16_net(name, ctx)
+    assert net.fused_mlp and M.kv_prefetch_fits(net)
+    with torch.inference_mode():
+        net.kv_prefetch = 0
+        want, wl = _six_steps(net, prompt)
+        for mode in M.KV_PREFETCH[1:]:
+            net.kv_prefetch = mode
+            got, gl = _six_steps(net, prompt)
+            err = _logit_err(gl, wl)
+            print(f"{name} ctx {ctx} kv_prefetch {M.PREFETCH_NAMES[mode]} vs off: tokens {got == want}, relative "
+                  f"logit error {err:.2e}")
+            assert got == want and err < 1e-2, (mode, got, want, err)
+
+
 def test_a_persistent_wait_that_cannot_be_met_times_out_in_one_line():
     """A wait asking for one MLP task more than a layer has: the step returns after about a second (no hang) and
     check() raises one line naming persist=off; the step after it, with the wait restored, is clean."""

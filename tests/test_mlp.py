@@ -90,6 +90,81 @@ def test_fused_mlp_refuses_bad_operands():
     assert M.name((4, 16, 1)) == "bj4 w16 x1" and M.name((2, 16, 1, M.TWO)) == "bj2 w16 x1 two"
 
 
+if triton is not None:
+    import triton.language as tl
+
+    @triton.jit
+    def _lines(OUT, pos, L, N, KVH: tl.constexpr, D: tl.constexpr, B: tl.constexpr):
+        i = tl.arange(0, B)
+        kv, off = M._kv_line(i, (pos * D + 63) // 64, L, KVH, D)
+        tl.store(OUT + i, kv, mask=i < N)
+        tl.store(OUT + B + i, off, mask=i < N)
+
+
+@interpreted
+@pytest.mark.parametrize("kvh, d, length, pos", [(2, 64, 40, 33), (3, 128, 16, 16), (1, 64, 8, 1), (2, 32, 12, 5)])
+def test_the_kv_prefetch_asks_for_every_line_of_positions_before_the_current_one(kvh, d, length, pos):
+    """The prefetch's lines (mlp._kv_line, under the interpreter; the prefetch instruction itself is inline PTX that
+    only a GPU runs): K's and V's positions 0..pos-1 of every head, each 128-byte line once, none past a head's
+    positions but the last line's tail (head_dim 32: two positions a line), and lines past the last point at the
+    cache's start."""
+    lh = -(-pos * d // 64)
+    n = 2 * kvh * lh + 3  # three lanes past the last line
+    out = torch.zeros(2 * 256, dtype=torch.int32)
+    _lines[(1,)](out, pos, length, n, KVH=kvh, D=d, B=256)
+    kv, off = out[:n].tolist(), out[256:256 + n].tolist()
+    got = sorted(zip(kv[:-3], off[:-3]))
+    want = sorted((c, h * length * d + e) for c in (0, 1) for h in range(kvh) for e in range(0, pos * d, 64))
+    assert got == want
+    assert kv[-3:] == [0] * 3 and off[-3:] == [0] * 3
+
+
+def test_the_kv_prefetch_compiles_only_where_asked():
+    """sm_90 SASS (compiled here, no GPU): the fused MLP without the prefetch's pointers is the same machine code as
+    before it existed (None); with them, the prefetch (CCTL.E.PF2, or .PML2 for evict_last) follows the residual's atomic add, so a program
+    asks for the next layer's KV only as it leaves; evict_last only in that form."""
+    import json
+
+    out = compiled_for_sm90(
+        "from floorline.native import mlp as M\n"
+        "ptr = dict(WGU='*bf16', WDT='*bf16', X='*fp32', NW='*fp32', XO='*fp32', XZ='*fp32')\n"
+        "const, kw = dict(BJ=2, HP=4096, PDL=1, TWO=0), dict(ints=('H', 'I', 'PL'), divisible=())\n"
+        "pf = {**ptr, 'PK': '*bf16', 'PV': '*bf16', 'PPOS': '*i32'}\n"
+        "plain = gemv_sass.sass(M._mlp, const, 16, pointers=ptr, **kw)\n"
+        "none = gemv_sass.sass(M._mlp, {**const, 'PK': None, 'PV': None, 'PPOS': None}, 16, pointers=ptr, **kw)\n"
+        "res = [plain == none, 'CCTL' in plain]\n"
+        "for last in (0, 1):\n"
+        "    c = gemv_sass.compiled(M._mlp, {**const, 'PKVH': 8, 'PD': 128, 'PLAST': last, 'PB': 512}, 16,\n"
+        "                           pointers=pf, **kw)\n"
+        "    code = gemv_sass.cuobjdump(c.asm['cubin'])\n"
+        "    res += [code.count('CCTL.E.P'), code.index('REDG') < code.index('CCTL'), 'evict_last' in c.asm['ptx']]\n"
+        "print(json.dumps(res))")
+    same, plain_pf, n0, after0, last0, n1, after1, last1 = json.loads(out.splitlines()[-1])
+    assert same and not plain_pf
+    assert n0 >= 1 and n1 >= 1 and after0 and after1
+    assert not last0 and last1
+
+
+def test_the_kv_prefetch_is_offered_only_on_a_gpu(monkeypatch):
+    """On the CPU (and under the interpreter) the step tuner offers no prefetch and tri_mlp refuses one."""
+    from floorline.device import timing
+
+    monkeypatch.setattr(timing, "fastest_in_step", lambda *a, **k: pytest.fail("no prefetch to time on the CPU"))
+    from floorline.bench import models
+    from floorline.core import zoo
+    from floorline.native.model import NativeModel
+
+    net = NativeModel(models.build_random(zoo.ZOO["tiny-qwen2"], torch.device("cpu"), "bf16", seed=0), 64, ops="torch")
+    assert net.fused_mlp and net.kv_prefetch == 0 and not M.kv_prefetch_fits(net)
+    M.retune_prefetch_in_step(net, None, [])
+    assert "kv_prefetch" not in TUNER.step_tuning
+    gate_up, down_t = torch.zeros(8, 16, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.bfloat16)
+    cache = torch.zeros(2, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="prefetch takes"):
+        M.tri_mlp(gate_up, down_t, torch.zeros(16), torch.zeros(16), torch.zeros(16), torch.ones(16), 1e-6,
+                  prefetch=(cache, cache, torch.zeros(1, dtype=torch.int32), 1))
+
+
 @interpreted
 def test_the_step_retune_times_only_the_shapes_this_step_launches(monkeypatch):
     """A shape left from an earlier model in the process is not re-timed (nor reported) for this one."""

@@ -22,6 +22,15 @@ layer l + 1. Program 0 also adds x itself. The step's embedding kernel zeroes B[
 
 Bytes: the same weights as the two GEMVs (3 intermediate x hidden bf16), x once a program (hidden fp32, from L2), and
 `hidden` fp32 atomics a program instead of the intermediate vector's write and read.
+
+kv_prefetch (a step-tuner choice, KV_PREFETCH): each program, as it leaves, asks the L2 for its share of the next
+layer's K and V at positions 0..pos-1 (one prefetch.global.L2 a 128-byte line; a hint, no arithmetic changes), so
+the next attention's chunk programs, which become resident late in the q/k/v GEMV, find their cache in L2 rather
+than DRAM. H200, the step tuner's trials (ms a step, off / on / on evict_last): qwen2.5-1.5b ctx 2048 (2 KV heads)
+1.0876 / 1.0712 / 1.0913 and 1.0812 / 1.0645 / 1.0812; llama-3.2-3b ctx 2048 1.9084 / 2.0363 / 2.0321, qwen3-8b
+3.9677 / 3.9918 / 3.993, llama-3.1-8b 3.8513 / 3.8674 / 3.8628 (8 KV heads each: 8.4 MB a layer queued ahead of the
+q/k/v GEMV's loads), qwen2.5-7b 3.4868 / 3.6557 / 3.6541; llama-3.2-1b ctx 128 0.7606 / 0.798 / 0.8039
+(docs/lab/2026-12-04-kv-prefetch.md).
 """
 
 from __future__ import annotations
@@ -78,8 +87,38 @@ if triton is not None:
         return tl.sum(h[:, None] * wd.to(tl.float32), 0)
 
     @triton.jit
+    def _kv_line(i, lh, L, KVH: tl.constexpr, D: tl.constexpr):
+        """Line i of a KV prefetch's 2 KVH lh lines (K's heads, then V's; lh lines a head, 64 elements a line, heads L
+        D elements apart): (0 for K or 1 for V, its first element's offset in that cache); past the last, (0, 0)."""
+        live = i < 2 * KVH * lh
+        kv = i // (KVH * lh)
+        r = i - kv * (KVH * lh)
+        h = r // lh
+        return tl.where(live, kv, 0), tl.where(live, h * L * D + (r - h * lh) * 64, 0)
+
+    @triton.jit
+    def _kv_prefetch(PK, PV, POS, L, pid, npr, KVH: tl.constexpr, D: tl.constexpr, LAST: tl.constexpr,
+                     PB: tl.constexpr):
+        """Ask the L2 for a KV cache's positions 0..pos-1 (K and V: (KVH, L, D) bf16 each, 64 elements a 128-byte
+        line), one prefetch.global.L2 a line, PB lines a program a round, spread over the npr programs. A hint: no
+        result depends on it. LAST: with the evict_last policy."""
+        pos = tl.load(POS)
+        lh = (pos * D + 63) // 64  # a head's lines
+        lane = tl.arange(0, PB)
+        for base in range(pid * PB, 2 * KVH * lh, npr * PB):
+            kv, off = _kv_line(base + lane, lh, L, KVH, D)
+            p = tl.where(kv == 0, PK + off, PV + off)
+            if LAST:
+                tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [p],
+                                          dtype=tl.int32, is_pure=False, pack=1)
+            else:
+                tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p],
+                                          dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
     def _mlp(WGU, WDT, X, NW, XO, XZ, H, I, eps, BJ: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr,
-             TWO: tl.constexpr = 0, TL=None):
+             TWO: tl.constexpr = 0, TL=None, PK=None, PV=None, PPOS=None, PL=0, PKVH: tl.constexpr = 0,
+             PD: tl.constexpr = 0, PLAST: tl.constexpr = 0, PB: tl.constexpr = 0):
         if TL is not None:  # a timeline slot (timeline.py; None: not compiled)
             t_start = T.now()
         pid = tl.program_id(0)
@@ -142,6 +181,8 @@ if triton is not None:
                 gu_rows += step * BJ * H
                 d_rows += step * BJ * H
         tl.atomic_add(XO + rk, y, mask=km, sem="relaxed")
+        if PK is not None:  # the next layer's KV cache asked of the L2 as this program leaves (kv_prefetch)
+            _kv_prefetch(PK, PV, PPOS, PL, pid, npr, PKVH, PD, PLAST, PB)
         if TL is not None:
             T.put(TL, t_start, t_wait)
 
@@ -172,11 +213,14 @@ def _sms(dev) -> int:
 
 
 def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: torch.Tensor, zero: torch.Tensor,
-            norm_w: torch.Tensor, eps: float, config: tuple | None = None, pdl: int | None = None) -> None:
+            norm_w: torch.Tensor, eps: float, config: tuple | None = None, pdl: int | None = None,
+            prefetch: tuple | None = None) -> None:
     """out += ref_mlp(...) (out holds zeros: the result lands there) and zero[:] = 0, in one launch. x, out, zero:
     three distinct fp32 vectors of `hidden`; gate_up (2 intermediate, hidden) and down_t (intermediate, hidden) bf16.
     config: (BJ, warps, programs an SM), else the tuner's choice; pdl: the kernels' PDL switch (None: where the GPU
-    has it)."""
+    has it). prefetch (k cache, v cache, position, mode): each program, as it leaves, asks the L2 for its share of
+    the caches' positions 0..pos-1 ((kv heads, length, head_dim) bf16 each; mode KV_PREFETCH 1, or 2 with
+    evict_last); None: nothing asked (not compiled)."""
     i2, h = gate_up.shape
     inter = i2 // 2
     if down_t.shape != (inter, h) or not (gate_up.is_contiguous() and down_t.is_contiguous()):
@@ -191,16 +235,23 @@ def tri_mlp(gate_up: torch.Tensor, down_t: torch.Tensor, x: torch.Tensor, out: t
     bj, warps, per_sm, *two = config or TUNER.mlp_choice.get(key) or fitting(inter, h)[0]
     pdl = (P.mode("auto", x.device) if pdl is None else pdl) if not INTERPRET else 0
     args = (gate_up, down_t, x, norm_w, out, zero, h, inter, eps)
-    warm = (h, inter, gate_up.dtype, pdl)
+    pf = {}
+    if prefetch is not None:
+        kc, vc, pos, pf_mode = prefetch
+        if INTERPRET or pf_mode not in (1, 2) or kc.shape != vc.shape or kc.dtype != torch.bfloat16 or kc.dim() != 3:
+            raise ValueError("tri_mlp: prefetch takes (k, v, pos, 1 or 2) with bf16 (kv heads, length, head_dim) "
+                             "caches, on a GPU")
+        pf = dict(PK=kc, PV=vc, PPOS=pos, PL=kc.shape[1], PKVH=kc.shape[0], PD=kc.shape[2], PLAST=pf_mode - 1)
+    warm = (h, inter, gate_up.dtype, pdl, pf.get("PLAST", -1))
     if warm not in TUNER.mlp_warm and not INTERPRET and not torch.cuda.is_current_stream_capturing():
         for c in fitting(inter, h):  # compiled now, not while the step tuner captures a graph
             _mlp.warmup(*args, BJ=c[0], HP=triton.next_power_of_2(h), PDL=pdl, TWO=c[3] if len(c) > 3 else 0,
-                        num_warps=c[1], grid=(1,), **P.launch_kwargs(pdl))
+                        num_warps=c[1], grid=(1,), **(dict(pf, PB=32 * c[1]) if pf else {}), **P.launch_kwargs(pdl))
         TUNER.mlp_warm.add(warm)
     TUNER.used.add(("mlp", key))
     progs = per_sm if INTERPRET else _sms(x.device) * per_sm  # the interpreter: as many programs as per_sm says
     _mlp[(progs,)](*args, BJ=bj, HP=triton.next_power_of_2(h), PDL=pdl, TWO=two[0] if two else 0, num_warps=warps,
-                   **P.launch_kwargs(pdl), **T.launch_kwargs("mlp", progs))
+                   **(dict(pf, PB=32 * warps) if pf else {}), **P.launch_kwargs(pdl), **T.launch_kwargs("mlp", progs))
 
 
 def retune_in_step(capture, state: list, reps: int = 30) -> None:
@@ -216,3 +267,35 @@ def retune_in_step(capture, state: list, reps: int = 30) -> None:
         use = lambda c, key=key: TUNER.mlp_choice.__setitem__(key, c)  # noqa: E731
         times = timing.fastest_in_step(fitting(key[1], key[0]), use, capture, state, reps)
         trials[f"{key[1]}x{key[0]} mlp"] = {name(c): round(t, 4) for c, t in times.items()}
+
+
+KV_PREFETCH = (0, 1, 2)  # the step tuner's choices: off, the next layer's KV asked of the L2, the same evict_last
+PREFETCH_NAMES = {0: "off", 1: "on", 2: "on evict_last"}  # as the records name them
+
+
+def kv_prefetch_fits(net) -> bool:
+    """Whether a layer's whole KV cache (both caches, every position the run holds) fits in a quarter of the GPU's L2:
+    the one layer's worth that kv_prefetch asks for must outlast the next q/k/v GEMV's weights streaming through."""
+    dev = net.k_cache.device
+    if INTERPRET or dev.type != "cuda" or net.k_cache.dtype != torch.bfloat16:
+        return False
+    return 2 * net.k_cache[0].numel() * 2 <= torch.cuda.get_device_properties(dev).L2_cache_size // 4
+
+
+def retune_prefetch_in_step(net, capture, state: list, reps: int = 30) -> None:
+    """The fused MLP asking the L2 for the next layer's KV cache (KV_PREFETCH: off, on, on with evict_last), each
+    timed in the whole step (timing.fastest_in_step), the fastest kept in net.kv_prefetch."""
+    if not (net.fused_mlp and net.ops == "triton" and not net.persist_on and len(net.layers) > 1
+            and kv_prefetch_fits(net)):
+        return
+    lay = net.layers[0]
+    junk = torch.zeros(3, net.hidden, device=net.k_cache.device, dtype=torch.float32)
+
+    def warm():  # one launch into scratch vectors: compiles every tile's variant for this mode, outside a capture
+        if net.kv_prefetch:
+            tri_mlp(lay["gate_up"]["w"], lay["down_t"], junk[0], junk[1], junk[2], lay["ffn_norm"], net.eps,
+                    pdl=net.pdl, prefetch=(net.k_cache[1], net.v_cache[1], net.pos, net.kv_prefetch))
+
+    times = timing.fastest_in_step(list(KV_PREFETCH), lambda c: setattr(net, "kv_prefetch", c), capture, state, reps,
+                                   warm=warm)
+    TUNER.step_tuning["kv_prefetch"] = {PREFETCH_NAMES[c]: round(t, 4) for c, t in times.items()}

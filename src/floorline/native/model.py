@@ -79,6 +79,9 @@ class NativeModel:
         # the merge folded into a bf16 o GEMV (o_merge.py): a launch config, or None (the merge kernel, then o); the
         # step tuner chooses where o_merge_ok
         self.o_merge = None
+        # the fused MLP asking the L2 for the next layer's KV cache as its programs leave (mlp.KV_PREFETCH: 0 off, 1,
+        # 2 evict_last); the step tuner chooses where mlp.kv_prefetch_fits
+        self.kv_prefetch = 0
         self.o_merge_ok = (ops == "triton" and type(self) is NativeModel and "scales" not in self.layers[0]["o"]
                            and not self.qkv_acc)
 
@@ -140,10 +143,16 @@ class NativeModel:
             self.qkv.zero_()
         return out
 
-    def _mlp(self, lay: dict, x, out, zero) -> None:
-        """out (zeros) = x + the layer's MLP of x; zero = 0 (mlp.py)."""
+    def _mlp(self, i: int, x, out, zero) -> None:
+        """out (zeros) = x + layer i's MLP of x; zero = 0 (mlp.py); with kv_prefetch, layer i + 1's KV cache asked of
+        the L2 as the kernel's programs leave."""
+        lay = self.layers[i]
         if self.ops == "triton":
-            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps, pdl=self.pdl)
+            pf = None
+            if self.kv_prefetch and i + 1 < len(self.layers):
+                pf = (self.k_cache[i + 1], self.v_cache[i + 1], self.pos, self.kv_prefetch)
+            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps, pdl=self.pdl,
+                      prefetch=pf)
         else:
             out.add_(M.ref_mlp(lay["gate_up"]["w"], lay["down_t"], x, lay["ffn_norm"], self.eps))
             zero.zero_()
@@ -177,7 +186,7 @@ class NativeModel:
                 a = self._attention(i)
                 self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
             if self.fused_mlp:  # into the next buffer (zeroed), the one after it zeroed for the next layer
-                self._mlp(lay, x, xs[(i + 1) % 3], xs[(i + 2) % 3])
+                self._mlp(i, x, xs[(i + 1) % 3], xs[(i + 2) % 3])
                 continue
             self._gemv(lay["gate_up"], x, self.act, pro=R.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
             self._gemv(lay["down"], self.act, x, residual=x)

@@ -38,12 +38,13 @@ class Native(Runtime):
 
     def describe(self) -> dict:
         """The options asked for, and what the step resolved them to and tuned (kept in the record)."""
-        from floorline.native import int4_cuda, o_merge
+        from floorline.native import int4_cuda, mlp, o_merge
         from floorline.native.tuner import TUNER
 
         persist = self.net.persist.config.name() if self.net.persist_on else None
         om = o_merge.name(self.net.o_merge) if self.net.o_merge is not None else None
         return {"native_pdl_launch": bool(self.net.pdl), "native_persist_used": persist, "native_o_merge_used": om,
+                "native_kv_prefetch_used": None if self.net.persist_on else mlp.PREFETCH_NAMES[self.net.kv_prefetch],
                 "native_fused_mlp": self.net.fused_mlp, "native_attn": self.net.attn.name(),
                 "native_attn_chunk_used": self.net.attn.chunk, "native_int4_configs": int4_cuda.tuned() or None,
                 **TUNER.record()}
@@ -78,6 +79,7 @@ class Native(Runtime):
                 mlp.retune_in_step(capture, state)
             attention.retune_in_step(net.attn, capture, state, warm=lambda: net._attention(0))
             o_merge.retune_in_step(net, capture, state)
+            mlp.retune_prefetch_in_step(net, capture, state)
             if net.persist is not None:
                 persist.retune_in_step(net, capture, state, with_off=self.options.persist == "auto")
             self.graph = capture_graph(net.step, 0)
