@@ -121,8 +121,8 @@ def test_the_kv_prefetch_asks_for_every_line_of_positions_before_the_current_one
 
 def test_the_kv_prefetch_compiles_only_where_asked():
     """sm_90 SASS (compiled here, no GPU): the fused MLP without the prefetch's pointers is the same machine code as
-    before it existed (None); with them, the prefetch (CCTL.E.PF2, or .PML2 for evict_last) follows the residual's atomic add, so a program
-    asks for the next layer's KV only as it leaves; evict_last only in that form."""
+    before it existed (None); with them, the prefetch (CCTL.E.PF2, or .PML2 for evict_last) follows the residual's
+    atomic add, so a program asks for the next layer's KV only as it leaves; evict_last only in that form."""
     import json
 
     out = compiled_for_sm90(
@@ -147,13 +147,12 @@ def test_the_kv_prefetch_compiles_only_where_asked():
 
 def test_the_kv_prefetch_is_offered_only_on_a_gpu(monkeypatch):
     """On the CPU (and under the interpreter) the step tuner offers no prefetch and tri_mlp refuses one."""
-    from floorline.device import timing
-
-    monkeypatch.setattr(timing, "fastest_in_step", lambda *a, **k: pytest.fail("no prefetch to time on the CPU"))
     from floorline.bench import models
     from floorline.core import zoo
+    from floorline.device import timing
     from floorline.native.model import NativeModel
 
+    monkeypatch.setattr(timing, "fastest_in_step", lambda *a, **k: pytest.fail("no prefetch to time on the CPU"))
     net = NativeModel(models.build_random(zoo.ZOO["tiny-qwen2"], torch.device("cpu"), "bf16", seed=0), 64, ops="torch")
     assert net.fused_mlp and net.kv_prefetch == 0 and not M.kv_prefetch_fits(net)
     M.retune_prefetch_in_step(net, None, [])

@@ -269,8 +269,9 @@ def retune_in_step(capture, state: list, reps: int = 30) -> None:
         trials[f"{key[1]}x{key[0]} mlp"] = {name(c): round(t, 4) for c, t in times.items()}
 
 
-KV_PREFETCH = (0, 1, 2)  # the step tuner's choices: off, the next layer's KV asked of the L2, the same evict_last
-PREFETCH_NAMES = {0: "off", 1: "on", 2: "on evict_last"}  # as the records name them
+# the step tuner's choices, as the records name them: off, the next layer's KV asked of the L2, the same evict_last
+PREFETCH_NAMES = {0: "off", 1: "on", 2: "on evict_last"}
+KV_PREFETCH = tuple(PREFETCH_NAMES)
 
 
 def kv_prefetch_fits(net) -> bool:
@@ -279,7 +280,7 @@ def kv_prefetch_fits(net) -> bool:
     dev = net.k_cache.device
     if INTERPRET or dev.type != "cuda" or net.k_cache.dtype != torch.bfloat16:
         return False
-    return 2 * net.k_cache[0].numel() * 2 <= torch.cuda.get_device_properties(dev).L2_cache_size // 4
+    return 2 * net.k_cache[0].nbytes <= torch.cuda.get_device_properties(dev).L2_cache_size // 4
 
 
 def retune_prefetch_in_step(net, capture, state: list, reps: int = 30) -> None:
