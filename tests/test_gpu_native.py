@@ -525,36 +525,6 @@ def test_triton_attention_chunks_the_step_tuner_tries_match_the_reference(heads,
         _same_cache(vc, vr, p)
 
 
-@pytest.mark.parametrize("heads, kv, d, qk_norm", [(32, 8, 64, False), (14, 2, 64, False), (16, 8, 128, True)])
-def test_the_whole_cache_attention_matches_the_reference(heads, kv, d, qk_norm):
-    """The step tuner's whole-cache candidate ("whole", length, warps: one program a KV head, the output written by
-    the chunk kernel itself, no merge) against ref_rope_kv + ref_attention at positions in its first tile (loaded
-    before the wait), on its edge and past it (the loop walks later tiles up to the position), with Qwen3's q/k norm
-    and without (head_dim 64: tiles of 256 positions; 128: of 128)."""
-    dev = torch.device("cuda")
-    length = A.WHOLE_MAX
-    g = torch.Generator("cuda").manual_seed(2)
-    cos, sin = R.rope_tables(torch.rand(d // 2, device=dev, generator=g), length, 1.0, dev)
-    kc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
-    vc0 = torch.randn(kv, length, d, device=dev, dtype=torch.bfloat16, generator=g)
-    norm = ((torch.rand(d, device=dev, generator=g) + 0.5, torch.rand(d, device=dev, generator=g) + 0.5, 1e-6)
-            if qk_norm else None)
-    sc = A.AttnScratch(heads, kv, d, length, dev)
-    assert ("whole", length, A.WHOLE_WARPS) in sc.cands
-    sc.use(("whole", length, A.WHOLE_WARPS))
-    for p in [0, 1, 127, 128, 129, 200, 255, 256, 257, 700, length - 1]:
-        qkv = torch.randn((heads + 2 * kv) * d, device=dev, generator=g) * 2
-        pos = torch.tensor([p], device=dev, dtype=torch.int32)
-        kr, vr = kc0.clone(), vc0.clone()
-        want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, pos, kr, vr, heads, kv, d, norm), kr, vr, pos, d ** -0.5)
-        kc, vc = kc0.clone(), vc0.clone()
-        got = A.tri_attention(qkv, cos, sin, pos, kc, vc, heads, d ** -0.5, sc, qk_norm=norm)
-        err = ((got - want).norm() / want.norm()).item()
-        assert err < 1e-2, (p, err)
-        _same_cache(kc, kr, p)
-        _same_cache(vc, vr, p)
-
-
 def _same_cache(got, want, p):
     """Equal everywhere but at the written position(s) p, where the kernel's rotation (fused multiply-adds) may round
     the new k to the next bf16 value from torch's (the fp32 results differ in their last bits)."""
@@ -702,25 +672,6 @@ def test_the_cuda_chunks_the_step_tuner_tries_match_the_triton_chunks(name, ctx)
             print(f"{name} ctx {ctx} Triton chunks {c} vs the CUDA chunks {cuda[0]}: tokens {got == want}, relative "
                   f"logit error {err:.2e}")
             assert got == want and err < 2e-2, (c, got, want, err)
-
-
-@pytest.mark.parametrize("name, ctx", [("llama-3.2-1b", 120), ("qwen2.5-0.5b", 120), ("qwen3-0.6b", 600)])
-def test_the_whole_cache_attention_step_matches_the_chunks_step(name, ctx):
-    """The step with the whole-cache attention (no merge kernel: the chunk kernel writes the output) against the step
-    with the rule's chunks and the merge, on the same bf16 weights and state: 6 steps from the same prompt, the same
-    tokens, and logits within 2e-2 (two tile orders over a bf16 cache, as the CUDA chunks against Triton's)."""
-    net, prompt = _bf16_net(name, ctx)
-    whole = [c for c in net.attn.cands if A.is_whole(c)]
-    assert whole == [("whole", net.max_len, A.WHOLE_WARPS)], net.attn.cands
-    with torch.inference_mode():
-        net.attn.use(net.attn.cands[0])
-        want, wl = _six_steps(net, prompt)
-        net.attn.use(whole[0])
-        got, gl = _six_steps(net, prompt)
-        err = _logit_err(gl, wl)
-        print(f"{name} ctx {ctx} whole-cache attention vs chunks {net.attn.cands[0]}: tokens {got == want}, relative "
-              f"logit error {err:.2e}")
-        assert got == want and err < 2e-2, (got, want, err)
 
 
 @pytest.mark.parametrize("name, ctx", [("llama-3.2-1b", 120), ("qwen2.5-0.5b", 120), ("qwen3-0.6b", 2000)])

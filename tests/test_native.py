@@ -233,59 +233,6 @@ def test_a_step_tuner_chunk_runs_on_buffers_sized_for_the_smallest(first, then):
     assert _rel(got, want) < 2e-2
 
 
-@interpreted
-@pytest.mark.parametrize("qk_norm", [False, True])
-@pytest.mark.parametrize("length, pos", [(160, 0), (160, 150), (1100, 511), (1100, 700), (1100, 1099)])
-def test_the_whole_cache_in_one_program_a_kv_head_matches_the_reference(length, pos, qk_norm):
-    """("whole", length, warps): the chunk kernel over the whole cache, one program a KV head, writing the heads'
-    output itself (no merge launch): against ref_rope_kv + ref_attention, with the position in the first tile (loaded
-    before the wait) and past it (the loop walks tiles up to the position only: 512 positions a tile here, head_dim
-    32), Qwen3's q/k norm and without; the cache written at pos only; with merge False (o_merge's partials, one chunk)
-    and zero_qkv (the merge kernel runs after it for its zeroing) the same output."""
-    heads, kv, d = 4, 2, 32
-    norm = (_rand(d, scale=0.1) + 1, _rand(d, scale=0.1) + 1, 1e-6) if qk_norm else None
-    qkv, cos, sin, kc, vc, p, _, _ = _attention_case(heads, kv, d, length, pos)
-    kr, vr = kc.clone(), vc.clone()
-    want = R.ref_attention(R.ref_rope_kv(qkv, cos, sin, p, kr, vr, heads, kv, d, norm), kr, vr, p, d ** -0.5)
-    scratch = A.AttnScratch(heads, kv, d, length, "cpu")
-    scratch.use(("whole", length, 4))
-    assert scratch.nchunk == 1 and scratch.tile == min(triton.next_power_of_2(length), 512)
-    assert scratch.name().startswith(f"whole {length} tile {scratch.tile}")
-    scratch.out.fill_(float("nan"))
-    got = A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, qk_norm=norm).clone()
-    assert _rel(got, want) < 2e-2
-    assert torch.equal(kc[:, :pos], kr[:, :pos]) and kc[:, pos].abs().sum() > 0
-    assert torch.allclose(kc[:, pos].float(), kr[:, pos].float(), rtol=2 ** -7, atol=1e-6)
-    assert kc[:, pos + 1:].abs().sum() == 0 and vc[:, pos + 1:].abs().sum() == 0
-    kc[:, pos + 1:], vc[:, pos + 1:] = 1e3, 1e3  # positions after pos are never read
-    scratch.out.zero_()
-    assert A.tri_attention(qkv, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, merge=False, qk_norm=norm) is None
-    assert not scratch.out.any()  # partials only: the output is left to o_merge
-    q2 = qkv.clone()
-    assert torch.equal(A.tri_attention(q2, cos, sin, p, kc, vc, heads, d ** -0.5, scratch, zero_qkv=True,
-                                       qk_norm=norm), got)
-    assert not q2.any()
-
-
-def test_the_whole_cache_is_a_candidate_of_short_caches_only():
-    """The step tuner's whole-cache candidate is offered up to WHOLE_MAX positions, never with a fixed chunk or
-    warps, nor to the persistent kernel's tasks (model.py filters it with the CUDA chunks); its tile holds
-    WHOLE_TILE_BYTES of K."""
-    assert A.is_whole(("whole", 700, 8)) and not A.is_whole((64, 8)) and not A.is_whole(("cuda", 128, 4))
-    assert A.whole_candidate(A.WHOLE_MAX) == [("whole", A.WHOLE_MAX, A.WHOLE_WARPS)]
-    assert A.whole_candidate(A.WHOLE_MAX + 1) == []
-    assert A.AttnScratch(32, 8, 64, 700, "cpu").cands == []  # the CPU: nothing to time
-    s = A.AttnScratch(32, 8, 64, 700, "cpu")
-    s.use(("whole", 700, 8))
-    assert (s.whole, s.chunk, s.nchunk, s.tile, s.warps) == (True, 700, 1, 256, 8)
-    s = A.AttnScratch(16, 8, 128, 700, "cpu")
-    s.use(("whole", 700, 8))
-    assert s.tile == 128
-    s.use((64, 8))
-    assert not s.whole and s.nchunk == 11 and s.tile == 64
-    assert A.WHOLE_TILE_BYTES // (2 * 64) == 256
-
-
 def test_the_step_tuner_tries_smaller_attention_chunks_only_where_the_chunk_is_not_fixed():
     """The rule's chunk first, then its half and quarter (8 and 4 warps), never below one tile of 16 positions; no
     candidates for a fixed chunk or the CPU (nothing to time there)."""

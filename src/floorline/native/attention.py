@@ -7,10 +7,6 @@
    the step tuner measures it faster in the step).
 2. merge: each query head's chunks combined (Triton's _attn_merge), in `split` programs of `warps` warps a head, each
    a share of its dims: many small programs that fit beside a chunk program and start before the chunks end.
-
-A short cache (at most WHOLE_MAX positions) may instead take one launch: the chunk kernel with the whole cache as its
-one chunk (one program a KV head, WHOLE), its first tile of WHOLE_TILE_BYTES of K requested before the wait, writing
-the heads' output itself: no merge kernel and no wait on it. A step-tuner candidate, ("whole", length, warps).
 """
 
 from __future__ import annotations
@@ -67,16 +63,12 @@ if triton is not None:
     def _attn_chunk(QKV, COS, SIN, POS, KC, VC, MO, LO, OO, scale, stride_kh, NCHUNK,
                     H: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                     CHUNK: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr,
-                    STAGES: tl.constexpr = 3, QN=None, KN=None, QK_EPS: tl.constexpr = 0.0, TL=None,
-                    WHOLE: tl.constexpr = 0, OUT=None):
+                    STAGES: tl.constexpr = 3, QN=None, KN=None, QK_EPS: tl.constexpr = 0.0, TL=None):
         """RoPE, KV write and one chunk of flash-decoding for one KV head: program (kv head, chunk). The chunk's first
         tile of cached positions is loaded before waiting on the previous kernel (the q/k/v GEMV): positions before
         `pos` were written by earlier steps, and `pos` itself by the last kernel of the previous step. QN, KN (D,):
         q's and k's per-head RMSNorm weights (Qwen3), applied before the rotation; None: no norm (not compiled). TL:
-        a timeline slot (timeline.py; None: not compiled). WHOLE: one chunk, the whole cache (one program a KV head),
-        its tiles walked up to the position only; OUT (fp32, heads x D): then the attention's output itself, each
-        query head's sums divided through, written there (no partials, no merge); None: the partials (not
-        compiled)."""
+        a timeline slot (timeline.py; None: not compiled)."""
         if TL is not None:
             t_start = T.now()
         kvh = tl.program_id(0)
@@ -120,25 +112,18 @@ if triton is not None:
             v = tl.where((rl == pos)[:, None], v_new, v0)
             m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
             # the chunk's further tiles, STAGES deep in Triton's software pipeline (3: its default for any loop)
-            if WHOLE:  # one program walks every live tile (the cache is longer than the positions so far)
-                hi = pos + 1
-            else:
-                hi = CHUNK
-            for off in tl.range(BL, hi, BL, num_stages=STAGES):
+            for off in tl.range(BL, CHUNK, BL, num_stages=STAGES):
                 rl = start + off + tl.arange(0, BL)
                 old = rl < pos
                 base = kvh * stride_kh + rl[:, None] * D + d[None, :]
                 k = tl.where((rl == pos)[:, None], k_new, tl.load(KC + base, mask=old[:, None], other=0.0))
                 v = tl.where((rl == pos)[:, None], v_new, tl.load(VC + base, mask=old[:, None], other=0.0))
                 m, l, acc = _attn_tile(q, k, v, rl <= pos, m, l, acc, DOT_F32)
+            o = (kvh * NCHUNK + c) * GP + g
             real = g < G  # only the group's real query heads are written (GP pads it to the tensor-core tile)
-            if OUT is not None:  # the whole cache in this program: its sums are the heads' output
-                tl.store(OUT + (kvh * G + g)[:, None] * D + d[None, :], acc / l[:, None], mask=real[:, None])
-            else:
-                o = (kvh * NCHUNK + c) * GP + g
-                tl.store(MO + o, m, mask=real)
-                tl.store(LO + o, l, mask=real)
-                tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
+            tl.store(MO + o, m, mask=real)
+            tl.store(LO + o, l, mask=real)
+            tl.store(OO + o[:, None] * D + d[None, :], acc, mask=real[:, None])
         if TL is not None:
             T.put(TL, t_start, t_wait)
 
@@ -233,32 +218,12 @@ def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length
 
 
 CHUNK_LEAST = 16  # the smallest chunk the step tuner tries: one tensor-core tile of positions
-# The whole cache in one program a KV head (a step-tuner candidate up to WHOLE_MAX positions): its tiles hold
-# WHOLE_TILE_BYTES of K (and as many of V), 256 positions of head_dim 64, 128 of 128 -- a ctx-128 run's timed positions
-# in the one tile loaded before the wait; walked without a software pipeline (WHOLE_STAGES: 3 stages of such tiles
-# would take 192 KB of shared memory; offline sm_90 SASS, 8 warps: 202-218 registers, no spills, 66-68 KB).
-WHOLE_MAX = 1024
-WHOLE_TILE_BYTES = 32 * 1024
-WHOLE_STAGES = 1
-WHOLE_WARPS = 8
 
 
 def is_cuda(choice: tuple) -> bool:
     """Whether an attention choice (AttnScratch.use) is the CUDA chunks', ("cuda", chunk, warps), not Triton's
     (chunk, warps)."""
     return choice[0] == "cuda"
-
-
-def whole_candidate(length: int) -> list[tuple]:
-    """The step tuner's whole-cache candidate for a cache of `length` positions: [("whole", length, WHOLE_WARPS)] up
-    to WHOLE_MAX positions, none beyond (one program a KV head would walk too many tiles one after another)."""
-    return [("whole", length, WHOLE_WARPS)] if length <= WHOLE_MAX else []
-
-
-def is_whole(choice: tuple) -> bool:
-    """Whether an attention choice is Triton's chunk kernel over the whole cache in one program a KV head, writing
-    the output itself: ("whole", length, warps)."""
-    return choice[0] == "whole"
 
 
 def chunk_candidates(chunk: int, warps: int) -> list[tuple[int, int]]:
@@ -286,8 +251,8 @@ def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int =
     if len(scratch.cands) < 2:
         return
     times = timing.fastest_in_step(scratch.cands, scratch.use, capture, state, reps, warm=warm)
-    TUNER.step_tuning["attn"] = {(c[0] + " " if isinstance(c[0], str) else "") + "chunk {} w{}".format(*c[-2:]):
-                                 round(t, 4) for c, t in times.items()}
+    TUNER.step_tuning["attn"] = {("cuda " if is_cuda(c) else "") + "chunk {} w{}".format(*c[-2:]): round(t, 4)
+                                 for c, t in times.items()}
 
 
 # (programs a query head, warps a program) of the merge: each program a quarter of the head's dims, one warp, small
@@ -323,7 +288,7 @@ class AttnScratch:
         self.pdl = P.mode("auto", device) if pdl is None else pdl
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
         self.backend = attn_backend(device, heads, kv_heads, head_dim, dtype, length, kernel, chunk)
-        self.length, self.fixed_tile, self.head_dim = length, tile, head_dim
+        self.length, self.fixed_tile = length, tile
         self.cands = []  # (chunk, warps), or ("cuda", chunk, warps), the step tuner times; empty: nothing to choose
         if self.backend == "cuda":
             from floorline.native import attn_cuda
@@ -336,7 +301,6 @@ class AttnScratch:
             if not (chunk or warps or INTERPRET or device.type != "cuda"):
                 self.cands = chunk_candidates(self.chunk, self.warps) + self._cuda_cand(
                     kernel, heads, kv_heads, head_dim, dtype, length, sms, device)
-                self.cands += whole_candidate(length)
         self.merge = merge_launch(head_dim, merge)
         self.stages = stages or ATTN_STAGES
         self.use(("cuda", self.chunk, self.warps) if self.backend == "cuda" else (self.chunk, self.warps))
@@ -366,21 +330,15 @@ class AttnScratch:
         return [("cuda", c, w)]
 
     def use(self, choice: tuple) -> None:
-        """Run with (chunk, warps) of the Triton chunks, ("cuda", chunk, warps) of the CUDA ones, or ("whole",
-        length, warps): positions a chunk program covers and its warps (a step-tuner candidate)."""
+        """Run with (chunk, warps) of the Triton chunks, or ("cuda", chunk, warps) of the CUDA ones: positions a chunk
+        program covers and its warps (a step-tuner candidate)."""
         self.backend = "cuda" if is_cuda(choice) else "triton"
-        self.whole = is_whole(choice)
         self.chunk, self.warps = choice[-2:]
-        if self.whole:
-            self.tile = min(triton.next_power_of_2(self.length), WHOLE_TILE_BYTES // (2 * self.head_dim))
-        else:
-            self.tile = min(self.fixed_tile or ATTN_BL, self.chunk)
+        self.tile = min(self.fixed_tile or ATTN_BL, self.chunk)
         self.nchunk = -(-self.length // self.chunk)  # the chunk programs a kv head launches
 
     def name(self) -> str:
         merge = "" if self.merge == (1, 4) else f", merge {self.merge[0]} x w{self.merge[1]}"
-        if self.whole:
-            return f"whole {self.chunk} tile {self.tile} w{self.warps} s{WHOLE_STAGES}"
         if self.backend == "cuda":
             return f"cuda chunk {self.chunk} w{self.warps}{merge}"
         return f"chunk {self.chunk} tile {self.tile} w{self.warps} s{self.stages}{merge}"
@@ -392,9 +350,7 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     positions 0..pos: the GPU twin of refs.ref_rope_kv then refs.ref_attention. Two launches: the chunks (Triton's
     _attn_chunk or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv
     (fp32) once it is read. qk_norm (q weights, k weights, eps): each q and k head RMS-normalised before RoPE.
-    merge False: the chunks only, their partials left in `scratch` for o_merge.tri_o_merge (returns None). With
-    scratch's whole-cache choice (AttnScratch.whole) and merge, one launch: the chunk kernel writes the output itself
-    (with zero_qkv the merge kernel still runs, for its zeroing)."""
+    merge False: the chunks only, their partials left in `scratch` for o_merge.tri_o_merge (returns None)."""
     if zero_qkv and not merge:
         raise ValueError("tri_attention: zero_qkv is the merge's work; keep merge=True with it")
     kv_heads, _, d = k_cache.shape
@@ -406,17 +362,12 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
         attn_cuda.chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.m, scratch.l, scratch.o,
                          scratch.warps, scratch.chunk, pdl, qk_norm)
     else:
-        final = scratch.whole and merge and not zero_qkv
-        whole = dict(WHOLE=1, OUT=scratch.out if final else None) if scratch.whole else {}
         _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
                                                 scratch.o, scale, k_cache.stride(0), scratch.m.shape[1], H=heads,
                                                 KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
-                                                BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl,
-                                                STAGES=WHOLE_STAGES if scratch.whole else scratch.stages,
-                                                num_warps=scratch.warps, **norm, **whole, **P.launch_kwargs(pdl),
+                                                BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
+                                                num_warps=scratch.warps, **norm, **P.launch_kwargs(pdl),
                                                 **T.launch_kwargs("chunks", kv_heads * scratch.nchunk))
-        if final:
-            return scratch.out
     if not merge:
         return None
     zb = triton.next_power_of_2(-(-qkv.numel() // heads)) if zero_qkv else 0

@@ -74,8 +74,8 @@ class NativeModel:
             elif options.persist == "on":
                 raise UserError(f"native option persist=on: not for {why}; use persist=off or auto")
         self.persist_on = self.persist is not None  # auto: the tuner may turn it off
-        if self.persist is not None:  # its attention tasks take self.attn's chunk length, never another kernel
-            self.attn.cands = [c for c in self.attn.cands if not (A.is_cuda(c) or A.is_whole(c))]
+        if self.persist is not None:  # its attention tasks take self.attn's chunk length, never the CUDA kernel
+            self.attn.cands = [c for c in self.attn.cands if not A.is_cuda(c)]
         # the merge folded into a bf16 o GEMV (o_merge.py): a launch config, or None (the merge kernel, then o); the
         # step tuner chooses where o_merge_ok
         self.o_merge = None
