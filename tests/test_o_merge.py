@@ -15,7 +15,8 @@ from floorline.native import o_merge as OM  # noqa: E402
 
 @interpreted
 @pytest.mark.parametrize("chunk, pos, n, config", [(16, 201, 40, (16, 2, 4)), (64, 201, 64, (32, 4, 4)),
-                                                   (16, 5, 40, (64, 2, 4)), (32, 1119, 48, (16, 8, 2))])
+                                                   (16, 5, 40, (64, 2, 4)), (32, 1119, 48, (16, 8, 2)),
+                                                   (16, 201, 200, (128, 1, 4)), (64, 70, 40, (64, 1, 4))])
 def test_o_with_the_merge_inside_adds_what_the_merge_then_o_add(chunk, pos, n, config):
     """y += W_o a, a merged inside the kernel from the chunks' partials: the same as the merge kernel's output times
     W_o added to y, for one chunk or many (1119 // 16 + 1 = 70 chunks: the merge's loop over two blocks), rows not a

@@ -216,11 +216,18 @@ if triton is not None:
 
     def _prune(configs, named_args, **kwargs):
         """Tiles must divide K (the loop has no K mask) and int4 tiles hold whole groups; split-K only for a plain
-        GEMV that adds into its output (ACC), at least two tiles a split. Else one fitting tile."""
+        GEMV that adds into its output (ACC), at least two tiles a split. Else, where no tile divides K (bf16: K not
+        a multiple of 256, qwen2.5-0.5b's 896), the narrow tiles of _narrow; int4: one fitting tile."""
         k, int4, acc = named_args["K"], kwargs.get("INT4", False), kwargs.get("ACC", False)
         plain = acc and not kwargs.get("PRO") and not kwargs.get("GLU")
-        keep = [c for c in configs if k % c.kwargs["BK"] == 0 and (not int4 or c.kwargs["BK"] % GROUP == 0)
-                and (c.kwargs.get("SPLIT", 1) == 1 or plain and k // c.kwargs["BK"] >= 2 * c.kwargs["SPLIT"])]
+
+        def fits(c):
+            return (k % c.kwargs["BK"] == 0 and (not int4 or c.kwargs["BK"] % GROUP == 0)
+                    and (c.kwargs.get("SPLIT", 1) == 1 or plain and k // c.kwargs["BK"] >= 2 * c.kwargs["SPLIT"]))
+
+        keep = [c for c in configs if fits(c)]
+        if not keep and not int4:
+            keep = [c for c in _narrow(_pick_bk(k, int4)) if fits(c)]
         keep = keep or [triton.Config({"BN": 8, "BK": _pick_bk(k, int4)}, num_warps=4)]
         TUNER.gemv_candidates[(named_args["N"], k, kwargs.get("PRO"), kwargs.get("GLU"), acc, int4)] = keep
         return keep
@@ -244,6 +251,14 @@ if triton is not None:
         # 4x256 w2, q/k/v 8x256 w4, o 8x256 w4 k2, down 4x512 w4 k2 / 8x256 w4 k2
         [(4, 256, 2, 0, 1), (8, 256, 4, 0, 1), (4, 256, 4, 0, 1), (8, 256, 4, 0, 2), (4, 512, 4, 0, 2),
          (2, 512, 2, 0, 1)], ahead=2)
+    def _narrow(bk: int) -> list:
+        """bf16 tiles of `bk` columns (the largest power of two dividing K, below 256), for the matrices no tile of
+        _BF16 divides: the one fitting tile they had before (8 x bk, 4 warps) first, then more rows a program, fewer
+        or more warps, two tiles ahead, split-K (qwen2.5-0.5b: q/k/v, o and lm_head of K 896, seven tiles of 128)."""
+        return _configs([(8, bk, 4, 0, 1), (4, bk, 2, 0, 1), (8, bk, 2, 0, 1), (16, bk, 4, 0, 1), (32, bk, 4, 0, 1),
+                         (32, bk, 8, 0, 1), (64, bk, 8, 0, 1), (16, bk, 4, 0, 2), (32, bk, 8, 0, 2)]) + _configs(
+            [(8, bk, 4, 0, 1), (16, bk, 4, 0, 1), (32, bk, 8, 0, 1)], ahead=2)
+
     # (deeper cp.async tiles, 4-6 stages, 108-160 KB of weights in flight an SM, o and down split too: the step's
     # re-timing took none of them on the H200, docs/lab/2026-12-02-bf16-gemv-tiles.md)
     # int4: the winners of a sweep of every tile on the H200 (register caps, ptx .maxnreg, lost on every shape there)

@@ -37,8 +37,11 @@ from floorline.native import timeline as T
 # head's D columns); the first is used until then. More rows a program read each head's partials fewer times (qwen3-8b
 # ctx 2048: 16 KB a head; 128 rows a program re-read them 32 times, 16 MB of L2 reads a layer against 33.5 MB of
 # W_o), fewer rows give more programs. Offline SASS (sm_90, D 128): 80-180 registers, no spills, the first tile's
-# loads before the wait.
-CANDIDATES = [(32, 4, 4), (16, 8, 4), (64, 2, 4), (32, 8, 4), (64, 4, 8), (16, 4, 2), (64, 8, 8), (32, 16, 4)]
+# loads before the wait. The last three are one tile a program (NT 1): every weight a program reads is requested
+# before the wait, none after it (a program of several tiles asks for each after using the one before: a DRAM round
+# trip a tile once the wait has returned). Offline SASS (sm_90): D 64 96-127 registers, D 128 173-252, no spills.
+CANDIDATES = [(32, 4, 4), (16, 8, 4), (64, 2, 4), (32, 8, 4), (64, 4, 8), (16, 4, 2), (64, 8, 8), (32, 16, 4),
+              (128, 1, 4), (64, 1, 4), (256, 1, 8)]
 
 if triton is not None:
 
