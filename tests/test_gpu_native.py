@@ -237,7 +237,7 @@ def test_native_runtime_replays_real_tokens(quant_name):
     rt.close()
 
 
-@pytest.mark.parametrize("shape", ["qkv", "o", "gate_up", "down", "qkv 896", "o 896", "lm_head 896"])
+@pytest.mark.parametrize("shape", ["qkv", "o", "gate_up", "down", "qkv 896", "o 896", "lm_head 896", "gate_up 896"])
 def test_every_bf16_tile_of_the_autotuner_matches_the_reference(shape):
     """Each tile the autotuner may pick (G._BF16, pruned as it prunes them) on qwen2.5-7b's shapes and qwen2.5-0.5b's
     (K 896: gemv._narrow's tiles), with its prologue and epilogue, against ref_gemv: the step re-times them all and
@@ -250,7 +250,8 @@ def test_every_bf16_tile_of_the_autotuner_matches_the_reference(shape):
                            "down": (3584, 18944, R.PRO_NONE, False, True),
                            "qkv 896": (1152, 896, R.PRO_RMSNORM, False, False),
                            "o 896": (896, 896, R.PRO_NONE, False, True),
-                           "lm_head 896": (151936, 896, R.PRO_RMSNORM, False, False)}[shape]
+                           "lm_head 896": (151936, 896, R.PRO_RMSNORM, False, False),
+                           "gate_up 896": (9728, 896, R.PRO_RMSNORM, True, False)}[shape]
     w = (torch.randn(n, k, device=dev, generator=g) * 0.02).bfloat16()
     x, nw = torch.randn(k, device=dev, generator=g), torch.rand(k, device=dev, generator=g) + 0.5
     bias = torch.randn(n, device=dev, generator=g) * 0.1 if shape.startswith("qkv") else None

@@ -74,8 +74,8 @@ def test_autotuning_offers_split_k_only_to_in_place_plain_gemvs(table):
 
 def test_a_k_that_no_tile_divides_gets_the_narrow_tiles():
     """bf16, K 896 (qwen2.5-0.5b): no _BF16 tile divides it, so the tuner considers _narrow's tiles of 128 columns
-    (the old lone fallback first; split-K only for a plain in-place GEMV); int4 keeps one fitting tile. Each narrow
-    tile computes the reference's product."""
+    (the old lone fallback first; split-K only for a plain in-place GEMV); int4 keeps one fitting tile; a K that a
+    _BF16 tile divides (1024) gets exactly those tiles, no narrow one."""
     kept = G._prune(G._BF16, {"N": 1152, "K": 896}, INT4=False, PRO=R.PRO_RMSNORM, GLU=False, ACC=False)
     assert len(kept) > 5 and {c.kwargs["BK"] for c in kept} == {128} and {c.kwargs["SPLIT"] for c in kept} == {1}
     assert (kept[0].kwargs["BN"], kept[0].num_warps, kept[0].kwargs["AHEAD"]) == (8, 4, 1)
@@ -83,10 +83,18 @@ def test_a_k_that_no_tile_divides_gets_the_narrow_tiles():
     split = G._prune(G._BF16, {"N": 896, "K": 896}, INT4=False, PRO=R.PRO_NONE, GLU=False, ACC=True)
     assert {c.kwargs["SPLIT"] for c in split} == {1, 2}
     assert len(G._prune(G._INT4, {"N": 896, "K": 896}, INT4=True, PRO=R.PRO_NONE, GLU=False, ACC=False)) == 1
-    assert len(G._prune(G._BF16, {"N": 896, "K": 1024}, INT4=False, PRO=R.PRO_NONE, GLU=False, ACC=False)) > 5
+    wide = G._prune(G._BF16, {"N": 896, "K": 1024}, INT4=False, PRO=R.PRO_NONE, GLU=False, ACC=False)
+    assert wide == [c for c in G._BF16 if 1024 % c.kwargs["BK"] == 0 and c.kwargs["SPLIT"] == 1]
+
+
+@interpreted
+def test_the_narrow_tiles_compute_the_reference_product():
+    """The first and last of _narrow's tiles for K 896 (rows, columns, tiles ahead; warps do not apply in the
+    interpreter), with the RMSNorm prologue, against ref_gemv."""
+    kept = G._prune(G._BF16, {"N": 1152, "K": 896}, INT4=False, PRO=R.PRO_RMSNORM, GLU=False, ACC=False)
     w, x, nw = _rand(40, 896, dtype=torch.bfloat16, scale=0.05), _rand(896), _rand(896) + 1
     want = R.ref_gemv(w, x, pro=R.PRO_RMSNORM, norm_w=nw)
-    for c in kept[:1] + kept[-1:]:  # the interpreter: the tile's rows, columns and tiles ahead (warps do not apply)
+    for c in kept[:1] + kept[-1:]:
         got = G.tri_gemv(w, x, pro=R.PRO_RMSNORM, norm_w=nw, config=dict(c.kwargs))
         assert _rel(got, want) < 1e-5, c
 
