@@ -1,3 +1,3 @@
 # the device call that made call4/ (one H200; $OUT is the call's output folder): `explain --mode native` of qwen3-8b
-# ctx 2048 at the final sources, then one run of the cell (the command as it was given to the device tool)
+# ctx 2048 at the final sources, then one run of the cell (the command as it was given to the device tool) (its explain.tgz unpacked here)
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1; nvidia-smi > $OUT/nvidia-smi.txt; timeout 200 python3 -m floorline explain --model qwen3-8b --ctx 2048 --mode native --out $OUT/explain_qwen3-8b > $OUT/explain.log 2>&1; tail -30 $OUT/explain.log; timeout 150 python3 -m floorline run --model qwen3-8b --ctx 2048 --mode native --output $OUT/today.jsonl > $OUT/run.log 2>&1; tail -5 $OUT/run.log; cd $OUT && tar czf explain.tgz explain_qwen3-8b && rm -rf explain_qwen3-8b
