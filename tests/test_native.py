@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import load_script, native_vs_hf, run_cli
+from conftest import compiled_for_sm90, load_script, native_vs_hf, run_cli
 
 from floorline import quant
 from floorline.bench import models
@@ -77,14 +77,62 @@ def test_a_k_that_no_tile_divides_gets_the_narrow_tiles():
     (the old lone fallback first; split-K only for a plain in-place GEMV); int4 keeps one fitting tile; a K that a
     _BF16 tile divides (1024) gets exactly those tiles, no narrow one."""
     kept = G._prune(G._BF16, {"N": 1152, "K": 896}, INT4=False, PRO=R.PRO_RMSNORM, GLU=False, ACC=False)
-    assert len(kept) > 5 and {c.kwargs["BK"] for c in kept} == {128} and {c.kwargs["SPLIT"] for c in kept} == {1}
+    narrow = [c for c in kept if c.kwargs["BK"] < 896]
+    assert kept == narrow + G._whole(896)  # then the whole-row tiles (BK 1024, masked)
+    assert len(narrow) > 5 and {c.kwargs["BK"] for c in narrow} == {128} and {c.kwargs["SPLIT"] for c in kept} == {1}
     assert (kept[0].kwargs["BN"], kept[0].num_warps, kept[0].kwargs["AHEAD"]) == (8, 4, 1)
     assert {c.kwargs["AHEAD"] for c in kept} == {1, 2}
     split = G._prune(G._BF16, {"N": 896, "K": 896}, INT4=False, PRO=R.PRO_NONE, GLU=False, ACC=True)
     assert {c.kwargs["SPLIT"] for c in split} == {1, 2}
     assert len(G._prune(G._INT4, {"N": 896, "K": 896}, INT4=True, PRO=R.PRO_NONE, GLU=False, ACC=False)) == 1
     wide = G._prune(G._BF16, {"N": 896, "K": 1024}, INT4=False, PRO=R.PRO_NONE, GLU=False, ACC=False)
-    assert wide == [c for c in G._BF16 if 1024 % c.kwargs["BK"] == 0 and c.kwargs["SPLIT"] == 1]
+    assert wide == [c for c in G._BF16 if 1024 % c.kwargs["BK"] == 0 and c.kwargs["SPLIT"] == 1] + G._whole(1024)
+
+
+def test_the_whole_row_tiles_span_k_in_one_tile():
+    """_whole: BK the power of two at or above K (masked, KM, only where above), 8 to 64 weights a thread; none past
+    WHOLE_K (there a tile's rows would not fit a thread's registers) and none for int4."""
+    for k in (896, 1536, 2048, 3072, 4096):
+        tiles = G._whole(k)
+        bk = 1 << (k - 1).bit_length()
+        assert tiles and all(c.kwargs["BK"] == bk and c.kwargs["KM"] == int(bk != k) and c.kwargs["SPLIT"] == 1
+                             and 8 <= c.kwargs["BN"] * bk // (32 * c.num_warps) <= 64 for c in tiles), k
+    glu = G._prune(G._BF16, {"N": 9728, "K": 896}, INT4=False, PRO=R.PRO_RMSNORM, GLU=True, ACC=False)
+    assert [c for c in glu if c.kwargs["BK"] > 896] == [c for c in G._whole(896) if c.kwargs["BN"] >= 2]  # pairs
+    assert not any(c.kwargs["BK"] > 5120 for c in G._prune(G._BF16, {"N": 896, "K": 5120}, INT4=False,
+                                                             PRO=R.PRO_NONE, GLU=False, ACC=False))
+    assert not any(c.kwargs.get("KM") for c in G._prune(G._INT4, {"N": 896, "K": 896}, INT4=True, PRO=R.PRO_NONE,
+                                                          GLU=False, ACC=False))
+
+
+@interpreted
+@pytest.mark.parametrize("pro, glu", [(R.PRO_NONE, False), (R.PRO_RMSNORM, False), (R.PRO_RMSNORM, True)])
+@pytest.mark.parametrize("k, bk, bias, res", [(96, 128, False, False), (208, 256, True, True), (256, 256, True, False)])
+def test_a_whole_row_tile_matches_its_reference(pro, glu, k, bk, bias, res):
+    """One tile of BK >= K columns (masked past K where BK > K: KM), rows not a multiple of the tile's: the norm's
+    1/rms over K values only, bias, the residual in place, glu."""
+    n = 40
+    w, x = _rand(n, k, dtype=torch.bfloat16, scale=0.05), _rand(k)
+    kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == R.PRO_RMSNORM else None, glu=glu,
+              bias=_rand(n) if bias else None, residual=_rand(n) if res and not glu else None)
+    want = R.ref_gemv(w, x, **kw)
+    got = G.tri_gemv(w, x, **kw, config={"BN": 4, "BK": bk, "KM": int(bk != k)})
+    assert _rel(got, want) < 1e-5
+    with pytest.raises(ValueError, match="masked tile"):
+        G.tri_gemv(w, x, **kw, config={"BN": 4, "BK": k, "KM": 1})
+
+
+def test_a_whole_row_tile_requests_every_weight_before_the_wait():
+    """sm_90 SASS (no GPU): a masked whole-row tile (K 896 in a BK 1024 tile) issues all its weight loads before
+    griddepcontrol.wait (ACQBULK) and none after it."""
+    out = compiled_for_sm90(
+        "c = gemv_sass.constants(8, 1024, 1)\n"
+        "code = gemv_sass.sass(__import__('floorline.native.gemv', fromlist=['_gemv'])._gemv, {**c, 'KM': 1}, 4,\n"
+        "                      divisible=('N', 'KW'))\n"
+        "before, after = code.split('ACQBULK', 1)\n"
+        "print(json.dumps([before.count('LDG.E.EF'), after.count('LDG.E.EF')]))")
+    before, after = __import__("json").loads(out.splitlines()[-1])
+    assert before >= 2 and after == 0, (before, after)
 
 
 @interpreted

@@ -8,8 +8,12 @@ zeros per 128 inputs (the `mma` layout goes to int4_cuda.py's CUDA GEMV, which t
 owns BN output rows (with glu: BN/2 gate rows and the same up rows) and streams them along K in BK-wide tiles, either
 register buffers in turn (AHEAD tiles ahead) or Triton's cp.async pipeline (STAGES), the first tile (AHEAD 2: two)
 requested before the wait on the previous kernel, each tile's inputs with the weights of the tile after it (their L2
-round trip off the sums' path); activations are fp32 vectors. RMSNorm's sum of squares comes from the same x loads as
-the product (every program reads all of x) and its 1/rms scales the sums. A residual is added in place (ACC: y holds
+round trip off the sums' path); activations are fp32 vectors. For K up to WHOLE_K the tuner also tries whole-row
+tiles (_whole: one tile of BK >= K columns, masked past K, KM): a program then requests every weight it uses before
+the wait, and after it reads x and sums once, with no DRAM round trip in between. A small matrix is all latency
+otherwise: qwen2.5-0.5b's q/k/v (2 MB, 0.5 us of bytes) took 4.6 us a layer in 7 tiles of 128 columns, two ahead;
+whole rows took 51 us off the step tuner's trial step (docs/lab/2026-12-04-whole-row-tiles.md). RMSNorm's sum of
+squares comes from the same x loads as the product (every program reads all of x) and its 1/rms scales the sums. A residual is added in place (ACC: y holds
 it, y += W x), which lets the K range be split over SPLIT programs that add their partial sums atomically (o and down,
 whose few rows leave SMs idle). int4 codes become floats 2048 + c or 128 + c by one and-or into a power of two's
 mantissa (no conversions), and the group's scale and zero are applied once per 32 weights of a row (_int4_tile).
@@ -107,7 +111,8 @@ if triton is not None:
     def _gemv(W, S, Z, X, NW, B, Y, N, K, KW, eps,
               PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
               INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, AHEAD: tl.constexpr = 1):
+              PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, AHEAD: tl.constexpr = 1,
+              KM: tl.constexpr = 0):
         pid = tl.program_id(0)
         # split-K (ACC only): program (pid, s) sums tiles [s T / SPLIT, (s + 1) T / SPLIT) of the T = K / BK
         sid = tl.program_id(1)
@@ -137,6 +142,12 @@ if triton is not None:
             ss = tl.zeros([NCH, 4], dtype=tl.float32)
             if STAGES == 0:
                 w, sc, ze = _int4_load(wp, S, Z, gi, kb, ke, nmask, GROUP_K)
+        elif KM:  # one tile of BK > K columns, the columns from K on masked (_whole): every weight before the wait
+            wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
+            w = tl.load(wp, mask=nmask[:, None] & (tl.arange(0, BK) < K)[None, :], other=0.0,
+                        eviction_policy="evict_first")
+            acc = tl.zeros([BN, BK], dtype=tl.float32)
+            ss = tl.zeros([BK], dtype=tl.float32)
         else:
             wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
             w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
@@ -164,6 +175,14 @@ if triton is not None:
                 acc += w.to(tl.float32) * xv[None, :]
                 if PRO == 1:
                     ss += xr * xr
+        elif KM:  # the one masked tile: x's first K values (zeros past them), one product
+            rk = tl.arange(0, BK)
+            xr = tl.load(X + rk, mask=rk < K, other=0.0).to(tl.float32)
+            xv = xr
+            if PRO == 1:
+                xv = xr * tl.load(NW + rk, mask=rk < K, other=0.0).to(tl.float32)
+                ss += xr * xr
+            acc += w.to(tl.float32) * xv[None, :]
         elif INT4:  # two register buffers in turn: each tile's loads are in flight while the other one is used
             for k0 in range(kb, ke - BK, 2 * BK):
                 w2, s2, z2 = _int4_load(wp, S, Z, gi, k0 + BK, ke, nmask, GROUP_K)
@@ -228,6 +247,8 @@ if triton is not None:
         keep = [c for c in configs if fits(c)]
         if not keep and not int4:
             keep = [c for c in _narrow(_pick_bk(k, int4)) if fits(c)]
+        if not int4 and k <= WHOLE_K:  # glu: a gate row and its up row a pair, so two rows at least
+            keep += [c for c in _whole(k) if not kwargs.get("GLU") or c.kwargs["BN"] >= 2]
         keep = keep or [triton.Config({"BN": 8, "BK": _pick_bk(k, int4)}, num_warps=4)]
         TUNER.gemv_candidates[(named_args["N"], k, kwargs.get("PRO"), kwargs.get("GLU"), acc, int4)] = keep
         return keep
@@ -259,6 +280,16 @@ if triton is not None:
                          (32, bk, 8, 0, 1), (64, bk, 8, 0, 1), (16, bk, 4, 0, 2), (32, bk, 8, 0, 2)]) + _configs(
             [(8, bk, 4, 0, 1), (16, bk, 4, 0, 1), (32, bk, 8, 0, 1)], ahead=2)
 
+    def _whole(k: int) -> list:
+        """Tiles of one row-piece: BK the power of two at or above K (columns from K on masked, KM), so a program
+        requests every weight it uses before its wait and, after it, reads x once and sums once (no DRAM round trip
+        after the wait). Rows and warps such that a thread holds 8 to 64 weights, and 4 warps or more at BK 4096
+        (1x4096 on 2 warps spills: 2.3 KB of stack, offline sm_90 SASS; the others 32-254 registers, no spills)."""
+        bk = triton.next_power_of_2(k)
+        return [triton.Config({"BN": bn, "BK": bk, "STAGES": 0, "SPLIT": 1, "AHEAD": 1, "KM": int(bk != k)},
+                              num_warps=w) for bn, w in WHOLE
+                if 8 <= bn * bk // (32 * w) <= 64 and (bk < 4096 or w >= 4)]
+
     # (deeper cp.async tiles, 4-6 stages, 108-160 KB of weights in flight an SM, o and down split too: the step's
     # re-timing took none of them on the H200, docs/lab/2026-12-02-bf16-gemv-tiles.md)
     # int4: the winners of a sweep of every tile on the H200 (register caps, ptx .maxnreg, lost on every shape there)
@@ -270,6 +301,11 @@ if triton is not None:
         _tune["do_bench"] = lambda call, quantiles=None: TUNER.cold_bench(call)
     _gemv_bf16 = triton.autotune(_BF16, **_tune)(_gemv)
     _gemv_int4 = triton.autotune(_INT4, **_tune)(_gemv)
+
+
+# _whole's tiles: for K up to WHOLE_K, (rows a program, warps), kept where a thread holds 8 to 64 weights
+WHOLE_K = 4096
+WHOLE = [(1, 2), (1, 4), (2, 4), (4, 4), (4, 8), (8, 8), (16, 8)]
 
 
 def tile_name(cfg) -> str:
@@ -347,6 +383,8 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
 
     if INTERPRET or not w.is_cuda or config:  # fixed tiles: the interpreter (small shapes, the tests) or a sweep
         cfg = {"BN": 16, "BK": _pick_bk(k, int4), "STAGES": 0, "SPLIT": 1, **(config or {})}
+        if cfg.get("KM") and not (cfg["BK"] > k and not int4 and cfg["SPLIT"] == 1 and cfg.get("STAGES", 0) == 0):
+            raise ValueError("a masked tile (KM) spans all of K in one bf16 tile: BK above K, no split, no stages")
         if cfg["SPLIT"] > 1 and not (acc and pro == PRO_NONE and not glu):
             raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
         pdl = 0 if INTERPRET or not w.is_cuda else pdl
