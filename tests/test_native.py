@@ -86,7 +86,8 @@ def test_a_k_that_no_tile_divides_gets_the_narrow_tiles():
     assert {c.kwargs["SPLIT"] for c in split} == {1, 2}
     assert len(G._prune(G._INT4, {"N": 896, "K": 896}, INT4=True, PRO=R.PRO_NONE, GLU=False, ACC=False)) == 1
     wide = G._prune(G._BF16, {"N": 896, "K": 1024}, INT4=False, PRO=R.PRO_NONE, GLU=False, ACC=False)
-    assert wide == [c for c in G._BF16 if 1024 % c.kwargs["BK"] == 0 and c.kwargs["SPLIT"] == 1] + G._whole(1024)
+    old = [c for c in G._BF16 if 1024 % c.kwargs["BK"] == 0 and c.kwargs["SPLIT"] == 1]
+    assert wide[: len(old)] == old and all(c.kwargs["BK"] == 1024 and not c.kwargs["KM"] for c in wide[len(old):])
 
 
 def test_the_whole_row_tiles_span_k_in_one_tile():
@@ -99,27 +100,44 @@ def test_the_whole_row_tiles_span_k_in_one_tile():
                              and 8 <= c.kwargs["BN"] * bk // (32 * c.num_warps) <= 64 for c in tiles), k
     glu = G._prune(G._BF16, {"N": 9728, "K": 896}, INT4=False, PRO=R.PRO_RMSNORM, GLU=True, ACC=False)
     assert [c for c in glu if c.kwargs["BK"] > 896] == [c for c in G._whole(896) if c.kwargs["BN"] >= 2]  # pairs
+    # K 1024: BK = K, no mask; _BF16's own 2x1024 w4 and 4x1024 w8 are not offered twice
+    tiles = G._prune(G._BF16, {"N": 1024, "K": 1024}, INT4=False, PRO=R.PRO_NONE, GLU=False, ACC=False)
+    names = [G.tile_name(c) for c in tiles]
+    assert len(names) == len(set(names)) and {"2x1024 w4", "4x1024 w8", "1x1024 w2"} <= set(names)
     assert not any(c.kwargs["BK"] > 5120 for c in G._prune(G._BF16, {"N": 896, "K": 5120}, INT4=False,
                                                              PRO=R.PRO_NONE, GLU=False, ACC=False))
     assert not any(c.kwargs.get("KM") for c in G._prune(G._INT4, {"N": 896, "K": 896}, INT4=True, PRO=R.PRO_NONE,
                                                           GLU=False, ACC=False))
 
 
+def _nan_after(t: torch.Tensor, extra: int) -> torch.Tensor:
+    """t, as a view at the start of a buffer `extra` elements longer, filled with NaN past t: a load past t's end reads
+    NaN, which no mask-less product survives."""
+    buf = torch.full((t.numel() + extra,), float("nan"), dtype=t.dtype)
+    buf[: t.numel()] = t.reshape(-1)
+    return buf[: t.numel()].view(t.shape)
+
+
 @interpreted
 @pytest.mark.parametrize("pro, glu", [(R.PRO_NONE, False), (R.PRO_RMSNORM, False), (R.PRO_RMSNORM, True)])
 @pytest.mark.parametrize("k, bk, bias, res", [(96, 128, False, False), (208, 256, True, True), (256, 256, True, False)])
 def test_a_whole_row_tile_matches_its_reference(pro, glu, k, bk, bias, res):
-    """One tile of BK >= K columns (masked past K where BK > K: KM), rows not a multiple of the tile's: the norm's
-    1/rms over K values only, bias, the residual in place, glu."""
-    n = 40
-    w, x = _rand(n, k, dtype=torch.bfloat16, scale=0.05), _rand(k)
-    kw = dict(pro=pro, norm_w=_rand(k) + 1 if pro == R.PRO_RMSNORM else None, glu=glu,
+    """One tile of BK >= K columns (masked past K where BK > K: KM), rows not a multiple of the tile's (37 outputs; glu:
+    37 gate rows and 37 up rows): the norm's 1/rms over K values only, bias, the residual in place, glu. The weights,
+    x and the norm's weights are followed by NaN, so a missing column or row mask shows."""
+    n = 74 if glu else 37
+    w = _nan_after(_rand(n, k, dtype=torch.bfloat16, scale=0.05), bk)
+    x = _nan_after(_rand(k), bk)
+    kw = dict(pro=pro, norm_w=_nan_after(_rand(k) + 1, bk) if pro == R.PRO_RMSNORM else None, glu=glu,
               bias=_rand(n) if bias else None, residual=_rand(n) if res and not glu else None)
     want = R.ref_gemv(w, x, **kw)
     got = G.tri_gemv(w, x, **kw, config={"BN": 4, "BK": bk, "KM": int(bk != k)})
-    assert _rel(got, want) < 1e-5
+    assert torch.isfinite(got).all() and _rel(got, want) < 1e-5
     with pytest.raises(ValueError, match="masked tile"):
         G.tri_gemv(w, x, **kw, config={"BN": 4, "BK": k, "KM": 1})
+    if bk != k:
+        with pytest.raises(ValueError, match="does not divide"):
+            G.tri_gemv(w, x, **kw, config={"BN": 4, "BK": bk})
 
 
 def test_a_whole_row_tile_requests_every_weight_before_the_wait():
@@ -127,12 +145,12 @@ def test_a_whole_row_tile_requests_every_weight_before_the_wait():
     griddepcontrol.wait (ACQBULK) and none after it."""
     out = compiled_for_sm90(
         "c = gemv_sass.constants(8, 1024, 1)\n"
-        "code = gemv_sass.sass(__import__('floorline.native.gemv', fromlist=['_gemv'])._gemv, {**c, 'KM': 1}, 4,\n"
-        "                      divisible=('N', 'KW'))\n"
+        "code = gemv_sass.sass(__import__('floorline.native.gemv', fromlist=['_gemv'])._gemv, {**c, 'KM': 1}, 4)\n"
         "before, after = code.split('ACQBULK', 1)\n"
-        "print(json.dumps([before.count('LDG.E.EF'), after.count('LDG.E.EF')]))")
+        "print(json.dumps([before.count('LDG.E.EF.128'), after.count('LDG.E.EF')]))")
     before, after = __import__("json").loads(out.splitlines()[-1])
-    assert before >= 2 and after == 0, (before, after)
+    # 8 rows x 1024 bf16 over 128 threads: 8 loads of 16 bytes a thread, all before the wait (K 896 divisible by 16)
+    assert before == 8 and after == 0, (before, after)
 
 
 @interpreted

@@ -1,6 +1,7 @@
 """Print each native run's step and, per Triton GEMV shape, the in-step trials' best tile overall, the best of the
 tiles that existed before (BK below K) and the best whole-row tile (BK at or above K: gemv._whole), all from the same
-process (native_triton_step_tuning)."""
+process (native_triton_step_tuning). At K 1024 _BF16's own 1024-column tiles would count as whole-row ones: no shape of
+the calls here has that K."""
 import json
 import re
 import sys

@@ -8,12 +8,13 @@ zeros per 128 inputs (the `mma` layout goes to int4_cuda.py's CUDA GEMV, which t
 owns BN output rows (with glu: BN/2 gate rows and the same up rows) and streams them along K in BK-wide tiles, either
 register buffers in turn (AHEAD tiles ahead) or Triton's cp.async pipeline (STAGES), the first tile (AHEAD 2: two)
 requested before the wait on the previous kernel, each tile's inputs with the weights of the tile after it (their L2
-round trip off the sums' path); activations are fp32 vectors. For K up to WHOLE_K the tuner also tries whole-row
-tiles (_whole: one tile of BK >= K columns, masked past K, KM): a program then requests every weight it uses before
-the wait, and after it reads x and sums once, with no DRAM round trip in between. A small matrix is all latency
-otherwise: qwen2.5-0.5b's q/k/v (2 MB, 0.5 us of bytes) took 4.6 us a layer in 7 tiles of 128 columns, two ahead;
-whole rows took 51 us off the step tuner's trial step (docs/lab/2026-12-04-whole-row-tiles.md). RMSNorm's sum of
-squares comes from the same x loads as the product (every program reads all of x) and its 1/rms scales the sums. A residual is added in place (ACC: y holds
+round trip off the sums' path); activations are fp32 vectors. For bf16 K up to WHOLE_K the tuner also tries
+whole-row tiles (_whole: one tile of BK >= K columns, masked past K where BK > K: KM): a program then requests every
+weight it uses before the wait, and after it reads x and sums once, with no DRAM round trip in between. A small
+matrix is all latency otherwise: qwen2.5-0.5b's q/k/v (2 MB, 0.5 us of bytes), 7 tiles of 128 columns two ahead,
+spanned 4.6 us a layer from the MLP's last end to the attention's first wait; whole rows took 51 us off the step
+tuner's trial step (docs/lab/2026-12-04-whole-row-tiles.md). RMSNorm's sum of squares comes from the same x loads as
+the product (every program reads all of x) and its 1/rms scales the sums. A residual is added in place (ACC: y holds
 it, y += W x), which lets the K range be split over SPLIT programs that add their partial sums atomically (o and down,
 whose few rows leave SMs idle). int4 codes become floats 2048 + c or 128 + c by one and-or into a power of two's
 mantissa (no conversions), and the group's scale and zero are applied once per 32 weights of a row (_int4_tile).
@@ -236,7 +237,8 @@ if triton is not None:
     def _prune(configs, named_args, **kwargs):
         """Tiles must divide K (the loop has no K mask) and int4 tiles hold whole groups; split-K only for a plain
         GEMV that adds into its output (ACC), at least two tiles a split. Else, where no tile divides K (bf16: K not
-        a multiple of 256, qwen2.5-0.5b's 896), the narrow tiles of _narrow; int4: one fitting tile."""
+        a multiple of 256, qwen2.5-0.5b's 896), the narrow tiles of _narrow; int4: one fitting tile. Then, bf16 with
+        K up to WHOLE_K, _whole's tiles (the one masked tile: KM) not already kept, two rows at least with glu."""
         k, int4, acc = named_args["K"], kwargs.get("INT4", False), kwargs.get("ACC", False)
         plain = acc and not kwargs.get("PRO") and not kwargs.get("GLU")
 
@@ -248,7 +250,10 @@ if triton is not None:
         if not keep and not int4:
             keep = [c for c in _narrow(_pick_bk(k, int4)) if fits(c)]
         if not int4 and k <= WHOLE_K:  # glu: a gate row and its up row a pair, so two rows at least
-            keep += [c for c in _whole(k) if not kwargs.get("GLU") or c.kwargs["BN"] >= 2]
+            have = {(c.kwargs["BN"], c.kwargs["BK"], c.num_warps) for c in keep
+                    if (c.kwargs.get("STAGES", 0), c.kwargs.get("SPLIT", 1), c.kwargs.get("AHEAD", 1)) == (0, 1, 1)}
+            keep += [c for c in _whole(k) if (not kwargs.get("GLU") or c.kwargs["BN"] >= 2)
+                     and (c.kwargs["BN"], c.kwargs["BK"], c.num_warps) not in have]
         keep = keep or [triton.Config({"BN": 8, "BK": _pick_bk(k, int4)}, num_warps=4)]
         TUNER.gemv_candidates[(named_args["N"], k, kwargs.get("PRO"), kwargs.get("GLU"), acc, int4)] = keep
         return keep
@@ -350,7 +355,7 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     ahead, splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
-    A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg, AHEAD); under
+    A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg, AHEAD, KM); under
     the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
     buffers). pdl: the kernels' PDL switch (pdl.mode; None: on where the GPU has it)."""
     if pdl is None:
@@ -385,6 +390,9 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         cfg = {"BN": 16, "BK": _pick_bk(k, int4), "STAGES": 0, "SPLIT": 1, **(config or {})}
         if cfg.get("KM") and not (cfg["BK"] > k and not int4 and cfg["SPLIT"] == 1 and cfg.get("STAGES", 0) == 0):
             raise ValueError("a masked tile (KM) spans all of K in one bf16 tile: BK above K, no split, no stages")
+        if k % cfg["BK"] and not cfg.get("KM"):
+            raise ValueError(f"a tile of {cfg['BK']} columns does not divide K = {k}: pick one that does, or KM 1 with "
+                             f"a BK above K")
         if cfg["SPLIT"] > 1 and not (acc and pro == PRO_NONE and not glu):
             raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
         pdl = 0 if INTERPRET or not w.is_cuda else pdl
