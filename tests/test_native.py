@@ -143,12 +143,14 @@ def test_a_whole_row_tile_matches_its_reference(pro, glu, k, bk, bias, res):
 def test_a_whole_row_tile_requests_every_weight_before_the_wait():
     """sm_90 SASS (no GPU): a masked whole-row tile (K 896 in a BK 1024 tile) issues all its weight loads before
     griddepcontrol.wait (ACQBULK) and none after it."""
+    import json
+
     out = compiled_for_sm90(
-        "c = gemv_sass.constants(8, 1024, 1)\n"
-        "code = gemv_sass.sass(__import__('floorline.native.gemv', fromlist=['_gemv'])._gemv, {**c, 'KM': 1}, 4)\n"
+        "from floorline.native import gemv\n"
+        "code = gemv_sass.sass(gemv._gemv, {**gemv_sass.constants(8, 1024, 1), 'KM': 1}, 4)\n"
         "before, after = code.split('ACQBULK', 1)\n"
         "print(json.dumps([before.count('LDG.E.EF.128'), after.count('LDG.E.EF')]))")
-    before, after = __import__("json").loads(out.splitlines()[-1])
+    before, after = json.loads(out.splitlines()[-1])
     # 8 rows x 1024 bf16 over 128 threads: 8 loads of 16 bytes a thread, all before the wait (K 896 divisible by 16)
     assert before == 8 and after == 0, (before, after)
 

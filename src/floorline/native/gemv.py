@@ -47,13 +47,20 @@ from floorline.native.tuner import TUNER, shape_name
 if triton is not None:
 
     @triton.jit
-    def _x_tile(X, NW, rk, PRO: tl.constexpr):
+    def _x_tile(X, NW, rk, PRO: tl.constexpr, K=0, KM: tl.constexpr = 0):
         """The GEMV input at columns rk: (x, x) or, for RMSNorm, (x * g, x) (its 1/rms is applied to the sums, from
-        the sum of squares of the raw x that the main loop accumulates: no separate pass over x)."""
-        xr = tl.load(X + rk).to(tl.float32)
+        the sum of squares of the raw x that the main loop accumulates: no separate pass over x). KM: zeros from
+        column K on (the whole-row tile's masked columns)."""
+        if KM:
+            xr = tl.load(X + rk, mask=rk < K, other=0.0).to(tl.float32)
+        else:
+            xr = tl.load(X + rk).to(tl.float32)
         xv = xr
         if PRO == 1:
-            xv = xr * tl.load(NW + rk).to(tl.float32)
+            if KM:
+                xv = xr * tl.load(NW + rk, mask=rk < K, other=0.0).to(tl.float32)
+            else:
+                xv = xr * tl.load(NW + rk).to(tl.float32)
         return xv, xr
 
     @triton.jit
@@ -143,15 +150,13 @@ if triton is not None:
             ss = tl.zeros([NCH, 4], dtype=tl.float32)
             if STAGES == 0:
                 w, sc, ze = _int4_load(wp, S, Z, gi, kb, ke, nmask, GROUP_K)
-        elif KM:  # one tile of BK > K columns, the columns from K on masked (_whole): every weight before the wait
-            wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
-            w = tl.load(wp, mask=nmask[:, None] & (tl.arange(0, BK) < K)[None, :], other=0.0,
-                        eviction_policy="evict_first")
-            acc = tl.zeros([BN, BK], dtype=tl.float32)
-            ss = tl.zeros([BK], dtype=tl.float32)
         else:
             wp = W + rn[:, None] * K + tl.arange(0, BK)[None, :]
-            w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
+            if KM:  # one tile of BK > K columns (_whole), masked from K on: every weight before the wait
+                w = tl.load(wp, mask=nmask[:, None] & (tl.arange(0, BK) < K)[None, :], other=0.0,
+                            eviction_policy="evict_first")
+            else:
+                w = tl.load(wp + kb, mask=nmask[:, None], other=0.0, eviction_policy="evict_first")
             if STAGES == 0 and AHEAD == 2:  # the second tile too: twice the bytes before the wait, kept in flight
                 more1 = (tl.zeros([1, 1], dtype=tl.int32) + kb + BK) < ke
                 w1 = tl.load(wp + kb + BK, mask=nmask[:, None] & more1, other=0.0, eviction_policy="evict_first")
@@ -177,13 +182,10 @@ if triton is not None:
                 if PRO == 1:
                     ss += xr * xr
         elif KM:  # the one masked tile: x's first K values (zeros past them), one product
-            rk = tl.arange(0, BK)
-            xr = tl.load(X + rk, mask=rk < K, other=0.0).to(tl.float32)
-            xv = xr
-            if PRO == 1:
-                xv = xr * tl.load(NW + rk, mask=rk < K, other=0.0).to(tl.float32)
-                ss += xr * xr
+            xv, xr = _x_tile(X, NW, tl.arange(0, BK), PRO, K, KM)
             acc += w.to(tl.float32) * xv[None, :]
+            if PRO == 1:
+                ss += xr * xr
         elif INT4:  # two register buffers in turn: each tile's loads are in flight while the other one is used
             for k0 in range(kb, ke - BK, 2 * BK):
                 w2, s2, z2 = _int4_load(wp, S, Z, gi, k0 + BK, ke, nmask, GROUP_K)
