@@ -6,7 +6,7 @@
 #     tests     the gpu-marked pytest tests (native ones in one process, each quant backend in its own: a library that
 #               faults poisons its CUDA context); TESTS_K narrows them (pytest -k)
 #     suite     the figures of record, scripts/h200_suite.toml (SUITE_GROUPS: some groups; SUITE_ONLY: some
-#               model:mode entries; SUITE_SRC: other trees' src/ folders measured beside this one, interleaved;
+#               model:mode[:quant] entries; SUITE_SRC: other trees' src/ folders measured beside this one, interleaved;
 #               SUITE_BUDGET: seconds)
 #     quant     `floorline quant` on qwen2.5-7b ctx 2048, every backend here, with the kernel chain; the libraries
 #               come as wheels in .whl/ (../shared/device/fetch_wheels.sh)

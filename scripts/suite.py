@@ -1,7 +1,8 @@
 """The figures of record as a declarative suite: each [[run]] of a TOML file is one `floorline run` (or `explain`) in a
 fresh process, its records appended to OUT/<group>.jsonl; a short table is printed last.
 
-  python scripts/suite.py scripts/h200_suite.toml --out out/suite [--groups native,small] [--only 'MODEL:MODE ...']
+  python scripts/suite.py scripts/h200_suite.toml --out out/suite [--groups native,small]
+                          [--only 'MODEL:MODE[:QUANT] ...']
                           [--budget 540]
                           [--src OTHER_SRC ...]
 
@@ -95,7 +96,8 @@ def main(argv=None) -> int:
     p.add_argument("suite", help="the TOML file of [[run]] entries")
     p.add_argument("--out", default="out/suite", help="records and logs (default out/suite)")
     p.add_argument("--groups", default=None, help="comma-separated groups to run (default: all)")
-    p.add_argument("--only", default=None, help="space-separated model:mode entries of those groups (default: all)")
+    p.add_argument("--only", default=None,
+                   help="space-separated model:mode[:quant] entries of those groups (default: all)")
     p.add_argument("--budget", type=float, default=float("inf"), help="seconds for the whole suite")
     p.add_argument("--src", nargs="*", default=[], help="other trees' src/ folders, measured beside this one")
     a = p.parse_args(argv)
@@ -105,7 +107,8 @@ def main(argv=None) -> int:
         entries = [e for e in entries if e["group"] in want]
     if a.only:
         want = set(a.only.split())
-        entries = [e for e in entries if f"{e['model']}:{e['mode']}" in want]
+        entries = [e for e in entries if f"{e['model']}:{e['mode']}" in want
+                   or f"{e['model']}:{e['mode']}:{e.get('quant', 'none')}" in want]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     srcs = [ROOT / "src"] + [Path(s).resolve() for s in a.src]

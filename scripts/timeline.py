@@ -89,8 +89,9 @@ def report(rec: dict, s: list[dict]) -> None:
     """The summary, then one middle layer of step `s` (a read() of the timeline) on one time axis."""
     print(f"\n{rec['model']} ctx {rec['ctx']} (stamps from position {rec['position']}): step {rec['step_ms']:.4f} ms, "
           f"with the stamps {rec['stamped_step_ms']:.4f} ms; {rec['measured_gbps']:.0f} GB/s")
-    print("per kind, medians over launches and replays (us): lead = wait - start (a program's), work = end - wait,"
-          " span = last end - first wait, tail = last end - median end, gap_after_X = first wait - X's last end")
+    print("per kind, medians over launches and replays (us): lead = wait - start (a program's), work = end - wait"
+          " (work_max: a launch's longest), span = last end - first wait, tail = last end - median end, gap_after_X"
+          " = first wait - X's last end")
     for kind, d in rec["summary_us"].items():
         print(f"  {kind:8s} " + "  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                           for k, v in d.items()))

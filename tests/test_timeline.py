@@ -47,11 +47,11 @@ def test_read_and_summarize_give_each_launch_its_programs_and_the_gaps_between_t
     assert steps[0][0]["wait"] == [3000, 3000, 4000] and steps[0][1]["sm"] == [2, 3]
     st = T.launch_stats(steps[0][0], 1000)
     assert (st["start_first"], st["wait_med"], st["end_last"]) == (0.0, 2.0, 6.0)
-    assert st["work_med"] == 3.0 and st["lead_med"] == 1.0 and st["sms"] == 2
+    assert st["work_med"] == 3.0 and st["work_max"] == 3.0 and st["lead_med"] == 1.0 and st["sms"] == 2
     s = T.summarize(steps)
     assert s["chunks"]["span"] == 4.0 and s["chunks"]["tail"] == 1.0  # 7 - 3; 7 - 6
     assert s["merge"]["gap_after_chunks"] == 1.0  # the merge's first wait (8) after the chunks' last end (7)
-    assert s["merge"]["work_med"] == 1.25 and s["merge"]["programs"] == 2
+    assert s["merge"]["work_med"] == 1.25 and s["merge"]["work_max"] == 1.5 and s["merge"]["programs"] == 2
 
 
 def test_stamped_kernels_compile_their_timeline_only_when_given_one():
