@@ -91,6 +91,19 @@ def table(out: Path) -> str:
     return "\n".join(lines)
 
 
+def select(entries: list[dict], groups: str | None, only: str | None) -> list[dict]:
+    """The entries of `groups` (comma-separated; None: all), then of `only` (space-separated model:mode, or
+    model:mode:quant to tell a quantised entry from its bf16 twin: quant "none" where the entry names none)."""
+    if groups:
+        want = set(groups.split(","))
+        entries = [e for e in entries if e["group"] in want]
+    if only:
+        want = set(only.split())
+        entries = [e for e in entries if f"{e['model']}:{e['mode']}" in want
+                   or f"{e['model']}:{e['mode']}:{e.get('quant', 'none')}" in want]
+    return entries
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("suite", help="the TOML file of [[run]] entries")
@@ -101,14 +114,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=float("inf"), help="seconds for the whole suite")
     p.add_argument("--src", nargs="*", default=[], help="other trees' src/ folders, measured beside this one")
     a = p.parse_args(argv)
-    entries = tomllib.loads(Path(a.suite).read_text())["run"]
-    if a.groups:
-        want = set(a.groups.split(","))
-        entries = [e for e in entries if e["group"] in want]
-    if a.only:
-        want = set(a.only.split())
-        entries = [e for e in entries if f"{e['model']}:{e['mode']}" in want
-                   or f"{e['model']}:{e['mode']}:{e.get('quant', 'none')}" in want]
+    entries = select(tomllib.loads(Path(a.suite).read_text())["run"], a.groups, a.only)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     srcs = [ROOT / "src"] + [Path(s).resolve() for s in a.src]

@@ -52,6 +52,10 @@ def test_read_and_summarize_give_each_launch_its_programs_and_the_gaps_between_t
     assert s["chunks"]["span"] == 4.0 and s["chunks"]["tail"] == 1.0  # 7 - 3; 7 - 6
     assert s["merge"]["gap_after_chunks"] == 1.0  # the merge's first wait (8) after the chunks' last end (7)
     assert s["merge"]["work_med"] == 1.25 and s["merge"]["work_max"] == 1.5 and s["merge"]["programs"] == 2
+    # three replays: each kind's figures are medians over the replays (the middle one's longest work, not the longest)
+    more = [[{**x, "end": [e + 1000 * k for e in x["end"]]} for x in steps[0]] for k in (1, 5)]
+    s3 = T.summarize(steps + more)
+    assert s3["chunks"]["work_max"] == 4.0 and s3["chunks"]["work_med"] == 4.0  # replays' 3, 4, 8 and 3, 4, 8
 
 
 def test_stamped_kernels_compile_their_timeline_only_when_given_one():

@@ -103,8 +103,8 @@ def origin(launches: list[dict]) -> int:
 def launch_stats(launch: dict, t0: int) -> dict:
     """One launch's programs in us from t0: first / median / last start, wait and end, the median of each program's
     end - wait (its work after the wait) and wait - start (how early it was resident), and the longest work. (The
-    median work can hide the programs that matter: the attention's chunks past the position only wait and leave, so
-    at a short position most chunk programs work ~0.1 us while the live ones take 1.2-2 us.)"""
+    median can hide the programs that matter: the attention's chunks past the position only wait and leave, so at a
+    short position most chunk programs work ~0.1 us while the live ones take 1.2-2.3 us.)"""
     us = {k: [(v - t0) / 1e3 for v in launch[k]] for k in ("start", "wait", "end")}
     out = {"kind": launch["kind"], "programs": len(launch["start"])}
     for k, xs in us.items():
@@ -118,9 +118,9 @@ def launch_stats(launch: dict, t0: int) -> dict:
 
 def summarize(steps: list[list[dict]]) -> dict:
     """Stamps of several replays of one step (read() each) -> per kind, medians over every launch of that kind and
-    every replay: its programs' lead (wait - start), work (end - wait) and longest work, its span from the first wait to the last
-    end, the spread of its ends (last - median), and gap_after_<kind>: its first wait after the previous stamped
-    launch's last end (the boundary as the programs see it, with the unstamped kernels between them)."""
+    every replay: its programs' lead (wait - start), work (end - wait) and longest work, its span from the first wait
+    to the last end, the spread of its ends (last - median), and gap_after_<kind>: its first wait after the previous
+    stamped launch's last end (the boundary as the programs see it, with the unstamped kernels between them)."""
     by_kind: dict[str, dict[str, list[float]]] = {}
     for launches in steps:
         t0 = origin(launches)
