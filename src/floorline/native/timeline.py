@@ -109,9 +109,9 @@ def launch_stats(launch: dict, t0: int) -> dict:
     out = {"kind": launch["kind"], "programs": len(launch["start"])}
     for k, xs in us.items():
         out[f"{k}_first"], out[f"{k}_med"], out[f"{k}_last"] = min(xs), statistics.median(xs), max(xs)
-    out["work_med"] = statistics.median(e - w for e, w in zip(us["end"], us["wait"]))
+    work = [e - w for e, w in zip(us["end"], us["wait"])]
+    out["work_med"], out["work_max"] = statistics.median(work), max(work)
     out["lead_med"] = statistics.median(w - s for w, s in zip(us["wait"], us["start"]))
-    out["work_max"] = max(e - w for e, w in zip(us["end"], us["wait"]))
     out["sms"] = len(set(launch["sm"]))
     return out
 
