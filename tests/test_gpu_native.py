@@ -228,6 +228,11 @@ def test_native_runtime_replays_real_tokens(quant_name):
     assert len(tried) == len(A.chunk_candidates(64, 8)) + cuda, tried
     assert ("cuda chunk 128 w8" in tried) is cuda, tried
     assert toks == want
+    # which kernels let the next launch before their wait: none and each role timed in the step (Hopper and newer)
+    early = rt.describe()["native_pdl_early_step_tuning"]
+    if rt.describe()["native_pdl_launch"]:
+        tried = {k.removeprefix("again ") for k in early}
+        assert {"none", "qkv", "chunks", "o"} <= set(early) and rt.describe()["native_pdl_early_used"] in tried, early
     tiles = rt.describe()["native_triton_step_tuning"]  # the Triton GEMV's tiles re-timed in the step too
     assert tiles and all(len(t) > 1 for t in tiles.values()) and any("norm" in s for s in tiles), tiles
     if quant_name:  # every GEMV shape of the step re-timed (the tokens above came after those trials)
@@ -725,6 +730,46 @@ def test_the_kv_prefetch_changes_no_token(name, ctx):
             print(f"{name} ctx {ctx} kv_prefetch {M.PREFETCH_NAMES[mode]} vs off: tokens {got == want}, relative "
                   f"logit error {err:.2e}")
             assert got == want and err < 1e-2, (mode, got, want, err)
+
+
+@pytest.mark.parametrize("name, ctx, options", [("qwen3-0.6b", 1000, {}), ("qwen3-0.6b", 300, {"attn_kernel": "cuda"}),
+                                                ("llama-3.2-1b", 120, {"int4": True})])
+def test_kernels_that_let_the_next_launch_before_their_wait_change_no_token(name, ctx, options):
+    """Each role's kernel with the early switch (pdl.EARLY), and every role at once (the longest chain of launched,
+    waiting kernels), against every kernel after its wait, on the same weights and state: 6 steps give the same
+    tokens and logits within fp32 summation order (the atomics' order). With the merge kernel and with the merge
+    inside o (bf16), Triton's chunks and the CUDA chunks (qwen3-0.6b: the q/k norm in each), and int4 (its CUDA GEMVs
+    and the two-GEMV MLP)."""
+    from floorline import quant
+    from floorline.native import o_merge as OM
+    from floorline.native import pdl as P
+    from floorline.native.model import NativeModel
+
+    opts = {k: v for k, v in options.items() if k != "int4"}
+    if options.get("int4"):
+        a = zoo.ZOO[name]
+        m = models.build_random(a, torch.device("cuda"), "bf16", seed=0)
+        quant.convert(m, quant.get("int4"), torch.bfloat16)
+        net = NativeModel(m, ctx + 16, ops="triton")
+        prompt = torch.randint(0, a.vocab, (1, ctx), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    else:
+        net, prompt = _bf16_net(name, ctx, **opts)
+    assert net.pdl, "PDL needs Hopper or newer"
+    merges = [None, OM.CANDIDATES[0]] if net.o_merge_ok else [None]
+    with torch.inference_mode():
+        for merge in merges:
+            net.o_merge = merge
+            roles = net.roles()
+            net.early = frozenset()
+            want, wl = _six_steps(net, prompt)
+            for early in [frozenset([r]) for r in roles] + [frozenset(roles)]:
+                net.early = early
+                got, gl = _six_steps(net, prompt)
+                err = _logit_err(gl, wl)
+                print(f"{name} ctx {ctx} {options} o_merge {merge} early {P.early_name(early)}: tokens "
+                      f"{got == want}, relative logit error {err:.2e}")
+                assert got == want and err < 1e-2, (merge, early, got, want, err)
+        net.early = frozenset()
 
 
 def test_a_persistent_wait_that_cannot_be_met_times_out_in_one_line():

@@ -19,6 +19,7 @@ def test_the_defaults_and_what_a_string_changes():
     assert (o.mlp, o.pdl, o.attn_chunk, o.step_tune) == ("gemv", "off", 128, False)
     assert o.text() == "mlp=gemv,attn_chunk=128,pdl=off,step_tune=off" and d.text() == ""
     assert NativeOptions.parse(o.text()) == o and NativeOptions.parse("") == NativeOptions.parse(None) == d
+    assert NativeOptions.parse("pdl=after-wait").pdl == "after-wait"
 
 
 @pytest.mark.parametrize("text, says", [
@@ -26,7 +27,7 @@ def test_the_defaults_and_what_a_string_changes():
     ("attn_kernel=fast", "use auto or triton or cuda"),
     ("attn_chunk=100", "attn_chunk=100: use 0"),
     ("attn_chunk=big", "a number of cache positions"),
-    ("pdl=early", "pdl='early': use auto or off"),
+    ("pdl=early", "pdl='early': use auto or after-wait or off"),
     ("step_tune=maybe", "use on or off"),
     ("fused_mlp=0", "unknown native option 'fused_mlp'"),
     ("mlp", "write name=value"),
@@ -71,7 +72,7 @@ def test_an_ab_arm_carries_mode_natives_options():
     assert c.options() == NativeOptions(mlp="gemv")
     with pytest.raises(UserError, match="an option of mode native; add mode=native"):
         ab.parse_arm("mode=graph,pdl=off")
-    with pytest.raises(UserError, match="pdl='on': use auto or off"):
+    with pytest.raises(UserError, match="pdl='on': use auto or after-wait or off"):
         ab.parse_arm("mode=native,pdl=on")
     cfg = ab.ABConfig(RunConfig("tiny-llama", [16], []), a, b)
     recs = [{"mode": "native", "dtype": "bf16", "attn_implementation": "sdpa", **o.record()}
@@ -84,7 +85,7 @@ def test_an_ab_arm_carries_mode_natives_options():
 def test_run_refuses_a_bad_native_option_in_one_line():
     rc, _, err = run_cli(["run", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--mode", "eager",
                           "--native", "pdl=sometimes"])
-    assert rc == 2 and "pdl='sometimes': use auto or off" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and "pdl='sometimes': use auto or after-wait or off" in err and len(err.strip().splitlines()) == 1
 
 
 def test_every_record_carries_the_options(tmp_path):

@@ -345,28 +345,29 @@ class AttnScratch:
 
 
 def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: AttnScratch, zero_qkv: bool = False,
-                  qk_norm: tuple | None = None, merge: bool = True):
+                  qk_norm: tuple | None = None, merge: bool = True, pdl: tuple[int, int] | None = None):
     """RoPE of q and k at `pos`, k and v written to the caches (kv_heads, L, D) at `pos`, and the attention of q over
     positions 0..pos: the GPU twin of refs.ref_rope_kv then refs.ref_attention. Two launches: the chunks (Triton's
     _attn_chunk or attn_cuda's, as scratch.backend says), then the merge; with zero_qkv the merge also zeroes qkv
     (fp32) once it is read. qk_norm (q weights, k weights, eps): each q and k head RMS-normalised before RoPE.
-    merge False: the chunks only, their partials left in `scratch` for o_merge.tri_o_merge (returns None)."""
+    merge False: the chunks only, their partials left in `scratch` for o_merge.tri_o_merge (returns None). pdl: the
+    chunks' and the merge's PDL switches (pdl.switch; None: scratch.pdl for both)."""
     if zero_qkv and not merge:
         raise ValueError("tri_attention: zero_qkv is the merge's work; keep merge=True with it")
     kv_heads, _, d = k_cache.shape
-    pdl = 0 if INTERPRET else scratch.pdl
+    pdl_c, pdl_m = (0, 0) if INTERPRET else pdl or (scratch.pdl, scratch.pdl)
     norm = dict(QN=qk_norm[0], KN=qk_norm[1], QK_EPS=float(qk_norm[2])) if qk_norm is not None else {}
     if scratch.backend == "cuda":
         from floorline.native import attn_cuda
 
         attn_cuda.chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.m, scratch.l, scratch.o,
-                         scratch.warps, scratch.chunk, pdl, qk_norm)
+                         scratch.warps, scratch.chunk, pdl_c, qk_norm)
     else:
         _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
                                                 scratch.o, scale, k_cache.stride(0), scratch.m.shape[1], H=heads,
                                                 KVH=kv_heads, G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
-                                                BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl, STAGES=scratch.stages,
-                                                num_warps=scratch.warps, **norm, **P.launch_kwargs(pdl),
+                                                BL=scratch.tile, DOT_F32=INTERPRET, PDL=pdl_c, STAGES=scratch.stages,
+                                                num_warps=scratch.warps, **norm, **P.launch_kwargs(pdl_c),
                                                 **T.launch_kwargs("chunks", kv_heads * scratch.nchunk))
     if not merge:
         return None
@@ -374,6 +375,6 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
     split, mwarps = scratch.merge
     _attn_merge[(heads, split)](scratch.m, scratch.l, scratch.o, scratch.out, pos, scratch.m.shape[1], qkv, qkv.numel(),
                                 G=scratch.g, GP=scratch.gp, D=d, CHUNK=scratch.chunk,
-                                CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl, ZB=zb, DB=d // split,
-                                num_warps=mwarps, **P.launch_kwargs(pdl), **T.launch_kwargs("merge", heads * split))
+                                CB=min(64, triton.next_power_of_2(scratch.nchunk)), PDL=pdl_m, ZB=zb, DB=d // split,
+                                num_warps=mwarps, **P.launch_kwargs(pdl_m), **T.launch_kwargs("merge", heads * split))
     return scratch.out

@@ -49,6 +49,8 @@ class NativeModel:
                           and not hasattr(hf.model.layers[0].mlp.down_proj, "words"))
         dev = next(hf.parameters()).device
         self.pdl = P.mode(options.pdl, dev) if ops == "triton" else 0
+        # the kernels (pdl.ROLES) that let the next launch before their own wait; the step tuner chooses with pdl=auto
+        self.early = frozenset()
         self.embed = hf.model.embed_tokens.weight
         self.final_norm = hf.model.norm.weight.float()  # norms in fp32 (tiny): the int4 CUDA GEMV reads them so
         self.lm_head = hf.lm_head.weight
@@ -121,11 +123,16 @@ class NativeModel:
         self.qkv_acc = self.layers[0]["qkv"].get("layout") == "mma"
 
     # ------------------------------------------------------------------------------------------------ ops
-    def _gemv(self, m: dict, x, out, **kw):
+    def _pdl(self, role: str) -> int:
+        """The PDL switch of the layer's kernel in `role` (pdl.ROLES): early where self.early names it."""
+        return P.switch(self.pdl, role, self.early)
+
+    def _gemv(self, m: dict, x, out, role: str | None = None, **kw):
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
         if self.ops == "triton":
-            return G.tri_gemv(w, x, out=out, eps=self.eps, **extra, pdl=self.pdl, **kw)
+            pdl = self._pdl(role) if role else self.pdl
+            return G.tri_gemv(w, x, out=out, eps=self.eps, **extra, pdl=pdl, **kw)
         out.copy_(R.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
@@ -135,7 +142,8 @@ class NativeModel:
         kc, vc, norm = self.k_cache[i], self.v_cache[i], self.layers[i]["qk_norm"]
         if self.ops == "triton":
             return A.tri_attention(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.scale, self.attn,
-                                   zero_qkv=self.qkv_acc, qk_norm=norm, merge=merge)
+                                   zero_qkv=self.qkv_acc, qk_norm=norm, merge=merge,
+                                   pdl=(self._pdl("chunks"), self._pdl("merge")))
         q = R.ref_rope_kv(self.qkv, self.cos, self.sin, self.pos, kc, vc, self.heads, self.kv_heads, self.head_dim,
                           norm)
         out = R.ref_attention(q, kc, vc, self.pos, self.scale)
@@ -151,16 +159,24 @@ class NativeModel:
             pf = None
             if self.kv_prefetch and i + 1 < len(self.layers):
                 pf = (self.k_cache[i + 1], self.v_cache[i + 1], self.pos, self.kv_prefetch)
-            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps, pdl=self.pdl,
-                      prefetch=pf)
+            M.tri_mlp(lay["gate_up"]["w"], lay["down_t"], x, out, zero, lay["ffn_norm"], self.eps,
+                      pdl=self._pdl("mlp"), prefetch=pf)
         else:
             out.add_(M.ref_mlp(lay["gate_up"]["w"], lay["down_t"], x, lay["ffn_norm"], self.eps))
             zero.zero_()
 
     def _qkv(self, lay: dict, x) -> None:
         """q, k, v of the normalised x into self.qkv (added into its zeros where qkv_acc: split-K allowed)."""
-        self._gemv(lay["qkv"], x, self.qkv, pro=R.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
+        self._gemv(lay["qkv"], x, self.qkv, "qkv", pro=R.PRO_RMSNORM, norm_w=lay["attn_norm"], bias=lay["qkv_bias"],
                    residual=self.qkv if self.qkv_acc else None)
+
+    def roles(self) -> list[str]:
+        """The roles (pdl.ROLES) of the kernels a layer of this step launches, in order; none for the persistent
+        step or a tensor-parallel one (its all-reduces sit between the kernels)."""
+        if self.ops != "triton" or self.persist_on or type(self) is not NativeModel:
+            return []
+        return (["qkv", "chunks"] + (["merge"] if self.o_merge is None else []) + ["o"]
+                + (["mlp"] if self.fused_mlp else ["gate_up", "down"]))
 
     # ----------------------------------------------------------------------------------------------- step
     def step(self) -> None:
@@ -181,15 +197,15 @@ class NativeModel:
             self._qkv(lay, x)
             if self.o_merge is not None:  # x += o(merge of the chunks), the merge inside the o GEMV
                 self._attention(i, merge=False)
-                OM.tri_o_merge(lay["o"]["w"], self.attn, self.pos, x, self.o_merge, pdl=self.pdl)
+                OM.tri_o_merge(lay["o"]["w"], self.attn, self.pos, x, self.o_merge, pdl=self._pdl("o"))
             else:
                 a = self._attention(i)
-                self._gemv(lay["o"], a, x, residual=x)  # x += o(a), in place (split-K where it pays)
+                self._gemv(lay["o"], a, x, "o", residual=x)  # x += o(a), in place (split-K where it pays)
             if self.fused_mlp:  # into the next buffer (zeroed), the one after it zeroed for the next layer
                 self._mlp(i, x, xs[(i + 1) % 3], xs[(i + 2) % 3])
                 continue
-            self._gemv(lay["gate_up"], x, self.act, pro=R.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
-            self._gemv(lay["down"], self.act, x, residual=x)
+            self._gemv(lay["gate_up"], x, self.act, "gate_up", pro=R.PRO_RMSNORM, norm_w=lay["ffn_norm"], glu=True)
+            self._gemv(lay["down"], self.act, x, "down", residual=x)
         self._ends(xs[len(self.layers) % len(xs)])
 
     def _ends(self, x) -> None:

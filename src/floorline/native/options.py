@@ -8,7 +8,9 @@
               Triton's chunks, with the CUDA ones among the step tuner's candidates where they build | triton | cuda
   attn_chunk  cache positions an attention program covers: 0 (the default) sizes it to fill the GPU, and the step
               tuner also tries its half and quarter; 16..1024 fixes it (the CUDA kernel: 64..1024)
-  pdl         auto: programmatic dependent launch where the GPU has it (Hopper and newer) | off (plain stream order)
+  pdl         auto: programmatic dependent launch where the GPU has it (Hopper and newer), the step tuner choosing
+              which kernels let the next launch before their own wait (pdl.py) | after-wait: every kernel after it |
+              off (plain stream order)
   persist     off: one launch a kernel | on: every decoder layer in one persistent kernel (persist.py) | auto: both
               timed in the whole step by the step tuner, the faster kept (persist=auto with step_tune=off: off)
   step_tune   re-time every tuned launch choice inside the whole decode step before the graph is captured (default
@@ -26,7 +28,7 @@ from floorline.core.errors import UserError
 MLPS = ("fused", "gemv")
 ATTN_KERNELS = ("auto", "triton", "cuda")
 ATTN_CHUNKS = (0, 16, 32, 64, 128, 256, 512, 1024)
-PDLS = ("auto", "off")
+PDLS = ("auto", "after-wait", "off")
 PERSISTS = ("off", "on", "auto")
 
 

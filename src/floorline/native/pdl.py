@@ -7,6 +7,16 @@ Every native kernel takes PDL as a compile-time switch: 0 (plain stream order) o
 launch_pdl attribute when it is on. On the H200, qwen2.5-7b ctx 2048, letting the next kernel launch once this one has
 waited (what PDL 1 does) against after its main loop: 1.739 against 1.840 ms int4, 3.769 against 3.838 ms bf16;
 against at its start, which chains waiting programs over the SMs, slower again (docs/lab/2026-12-01-pdl-after-wait.md).
+
+That was every kernel at once. One kernel may instead let the next launch before it waits (EARLY, the switch 2): a
+kernel whose programs are all resident and waiting long before their predecessor ends (the attention's chunks and
+merge, the fused MLP) otherwise holds back the next kernel's launch, and so its weight loads, until that end. It is
+safe for the same reason PDL is: a program touches the previous kernel's outputs only after its wait, and that wait
+returns once the previous grid has ended, whose own wait returned once its predecessor had ended, and so on; before
+its wait a program reads only constants (weights, norm weights, tables, the position, the cache before it). Nor can
+it starve a kernel: a kernel launches once every program of the one before it has started, so every program that the
+chain waits on is already resident. Which kernels trigger early is the step tuner's choice (retune_early_in_step),
+by role (ROLES).
 """
 
 from __future__ import annotations
@@ -21,7 +31,13 @@ except ImportError:  # floorline runs without Triton; only mode native and its k
 
 from floorline.core.errors import UserError
 
-CHOICES = ("auto", "off")  # NativeOptions.pdl: auto = on where the GPU has it
+# NativeOptions.pdl: auto = on where the GPU has it, the step tuner choosing which kernels trigger early; after-wait =
+# on, every kernel after its wait; off = plain stream order
+CHOICES = ("auto", "after-wait", "off")
+EARLY = 2  # the kernels' PDL switch for a kernel that lets the next one launch before its own wait
+# the kernels of a layer by role, in step order: the q/k/v GEMV, the attention's chunks and merge, o (the GEMV, or
+# o_merge with the merge inside), the fused MLP, or the two MLP GEMVs
+ROLES = ("qkv", "chunks", "merge", "o", "mlp", "gate_up", "down")
 
 
 def supported(device) -> bool:
@@ -35,10 +51,66 @@ def supported(device) -> bool:
 
 
 def mode(choice: str, device) -> int:
-    """The kernels' PDL switch for NativeOptions.pdl `choice` on `device`: 1 where it is `auto` and supported, else 0."""
+    """The kernels' PDL switch for NativeOptions.pdl `choice` on `device`: 1 where it is `auto` or `after-wait` and
+    supported, else 0 (early triggers are switched per kernel: switch)."""
     if choice not in CHOICES:
         raise UserError(f"pdl={choice!r}: use {' or '.join(CHOICES)}")
-    return int(choice == "auto" and supported(device))
+    return int(choice != "off" and supported(device))
+
+
+def switch(pdl: int, role: str, early: frozenset) -> int:
+    """The PDL switch of the kernel in `role` (ROLES): EARLY where PDL is on and `early` names the role, else pdl."""
+    if role not in ROLES:
+        raise ValueError(f"unknown kernel role {role!r}: one of {', '.join(ROLES)}")
+    return EARLY if pdl and role in early else pdl
+
+
+def early_candidates(roles: list[str], singles: dict | None = None) -> list[frozenset]:
+    """The early-trigger sets the step tuner times: with `singles` None, none, then each role alone; given the
+    singles' times ({frozenset: ms}, the empty set among them), the union of the roles that beat none alone, where
+    two or more did (one more trial), else nothing more."""
+    if singles is None:
+        return [frozenset()] + [frozenset([r]) for r in roles]
+    base = singles[frozenset()]
+    win = frozenset(r for s, t in singles.items() if len(s) == 1 and t < base for r in s)
+    return [win] if len(win) > 1 else []
+
+
+def early_name(early: frozenset) -> str:
+    """An early-trigger set in words, in step order ("none" for the empty set)."""
+    return "+".join(r for r in ROLES if r in early) or "none"
+
+
+def retune_early_in_step(net, capture, state: list, roles: list[str], reps: int = 30) -> None:
+    """Which of the step's kernels (`roles`) let the next launch before their wait: none and each role alone timed
+    in the whole step (timing.fastest_in_step), the fastest kept in net.early; where two roles or more were faster
+    alone than none, a second round times none, the fastest and the union of those roles again, and its fastest is
+    kept instead (recorded as "again ..."). Each set's kernels are compiled first by one plain step outside any
+    capture (the token and position put back after it; the cache position it writes, a step rewrites before it
+    reads)."""
+    from floorline.device import timing
+    from floorline.native.tuner import TUNER
+
+    if not net.pdl or not roles:
+        return
+
+    def use(early):
+        net.early = early
+
+    def warm():
+        keep = [t.clone() for t in state]
+        net.step()
+        for t, k in zip(state, keep):
+            t.copy_(k)
+
+    first = timing.fastest_in_step(early_candidates(roles), use, capture, state, reps, warm=warm)
+    record = {early_name(s): round(t, 4) for s, t in first.items()}
+    more = early_candidates(roles, first)
+    if more:  # the choice is among the second round's own timings (fastest_in_step leaves its fastest in place)
+        again = timing.fastest_in_step([frozenset(), min(first, key=first.get)] + more, use, capture, state, reps,
+                                       warm=warm)
+        record |= {f"again {early_name(s)}": round(t, 4) for s, t in again.items()}
+    TUNER.step_tuning["pdl_early"] = record
 
 
 def launch_kwargs(pdl: int) -> dict:
@@ -50,7 +122,11 @@ if triton is not None:
 
     @triton.jit
     def wait(PDL: tl.constexpr):
-        """Wait for the previous kernel, then let the next one launch (PDL 1); nothing without PDL."""
-        if PDL:
+        """Wait for the previous kernel, then let the next one launch (PDL 1); let it launch, then wait (PDL 2:
+        EARLY); nothing without PDL."""
+        if PDL == 2:
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+        elif PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()

@@ -24,7 +24,7 @@ from floorline.device import timing
 
 # (kind of step tuning, the name its trials have in a record: native_<name>_step_tuning)
 RECORD_NAMES = (("int4", "int4"), ("gemv", "triton"), ("mlp", "mlp"), ("persist", "persist"), ("attn", "attn"),
-                ("o_merge", "o_merge"), ("kv_prefetch", "kv_prefetch"))
+                ("o_merge", "o_merge"), ("kv_prefetch", "kv_prefetch"), ("pdl_early", "pdl_early"))
 
 
 class Tuner:

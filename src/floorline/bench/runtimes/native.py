@@ -39,11 +39,14 @@ class Native(Runtime):
     def describe(self) -> dict:
         """The options asked for, and what the step resolved them to and tuned (kept in the record)."""
         from floorline.native import int4_cuda, mlp, o_merge
+        from floorline.native import pdl as P
         from floorline.native.tuner import TUNER
 
         persist = self.net.persist.config.name() if self.net.persist_on else None
         om = o_merge.name(self.net.o_merge) if self.net.o_merge is not None else None
-        return {"native_pdl_launch": bool(self.net.pdl), "native_persist_used": persist, "native_o_merge_used": om,
+        early = P.early_name(self.net.early) if self.net.pdl and not self.net.persist_on else None
+        return {"native_pdl_launch": bool(self.net.pdl), "native_pdl_early_used": early,
+                "native_persist_used": persist, "native_o_merge_used": om,
                 "native_kv_prefetch_used": None if self.net.persist_on else mlp.PREFETCH_NAMES[self.net.kv_prefetch],
                 "native_fused_mlp": self.net.fused_mlp, "native_attn": self.net.attn.name(),
                 "native_attn_chunk_used": self.net.attn.chunk, "native_int4_configs": int4_cuda.tuned() or None,
@@ -57,9 +60,11 @@ class Native(Runtime):
     def prepare(self) -> None:
         """Capture the step (its warm-up steps compile and tune every kernel first); with step_tune, re-time the
         tuned launch choices inside the whole step (int4 GEMV configs, Triton GEMV tiles, fused-MLP tiles, the
-        attention's chunk, the merge inside the o GEMV or not, the persistent kernel's launches and, with
-        persist=auto, whether to run it), then capture again."""
+        attention's chunk, the merge inside the o GEMV or not, the KV prefetch, with pdl=auto which kernels let the
+        next launch before their wait, the persistent kernel's launches and, with persist=auto, whether to run it),
+        then capture again."""
         from floorline.native import attention, gemv, int4_cuda, mlp, o_merge, persist
+        from floorline.native import pdl as P
         from floorline.native.tuner import TUNER
 
         t0 = time.perf_counter()
@@ -80,6 +85,8 @@ class Native(Runtime):
             attention.retune_in_step(net.attn, capture, state, warm=lambda: net._attention(0))
             o_merge.retune_in_step(net, capture, state)
             mlp.retune_prefetch_in_step(net, capture, state)
+            if self.options.pdl == "auto":
+                P.retune_early_in_step(net, capture, state, net.roles())
             if net.persist is not None:
                 persist.retune_in_step(net, capture, state, with_off=self.options.persist == "auto")
             self.graph = capture_graph(net.step, 0)
