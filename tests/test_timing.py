@@ -74,3 +74,19 @@ def test_the_step_tuner_warms_every_candidate_before_timing_any(monkeypatch):
     times = timing.fastest_in_step(["a", "b", "c"], use, None, [], warm=lambda: log.append(f"warm {now[0]}"))
     assert log[:7] == ["use a", "warm a", "use b", "warm b", "use c", "warm c", "sync"]
     assert times == {"a": 3.0, "b": 1.0, "c": 2.0} and now[0] == "b" and log[-1] == "use b"
+
+
+def test_the_step_tuner_puts_the_state_back_after_warming(monkeypatch):
+    """A warm-up that runs whole steps (the early-trigger trials: net.step) advances the token and position; the
+    trials are then timed from where the decode was, not from where the warm-ups left it."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    tok, pos = torch.tensor([7]), torch.tensor([100], dtype=torch.int32)
+    seen = []
+    monkeypatch.setattr(timing, "state_replay_ms", lambda capture, state, reps: seen.append(int(state[1])) or 1.0)
+
+    def step():
+        tok.fill_(3)
+        pos.add_(1)
+
+    timing.fastest_in_step(["a", "b"], lambda c: None, None, [tok, pos], warm=step)
+    assert seen == [100, 100] and int(tok) == 7 and int(pos) == 100

@@ -128,12 +128,16 @@ def fastest_in_step(candidates: list, use: Callable[[object], None], capture: Ca
     """The step tuners' trial loop (the native kernels' retune_in_step): each candidate put in place by `use` and
     timed in the whole decode step (state_replay_ms), then the fastest put back in place. Returns {candidate: ms}.
     warm: first, each candidate put in place and `warm()` run once outside any graph capture (its kernels compiled
-    there, not while a graph is being captured), then the device synchronised."""
+    there, not while a graph is being captured), then the device synchronised and `state` put back (a warm-up may
+    run whole steps, which advance the token and position)."""
     if warm is not None:
+        keep = [t.clone() for t in state]
         for c in candidates:
             use(c)
             warm()
         torch.cuda.synchronize()
+        for t, k in zip(state, keep):
+            t.copy_(k)
     times = {}
     for c in candidates:
         use(c)

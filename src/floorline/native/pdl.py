@@ -86,8 +86,8 @@ def retune_early_in_step(net, capture, state: list, roles: list[str], reps: int 
     in the whole step (timing.fastest_in_step), the fastest kept in net.early; where two roles or more were faster
     alone than none, a second round times none, the fastest and the union of those roles again, and its fastest is
     kept instead (recorded as "again ..."). Each set's kernels are compiled first by one plain step outside any
-    capture (the token and position put back after it; the cache position it writes, a step rewrites before it
-    reads)."""
+    capture (fastest_in_step puts the token and position back; the cache position it writes, a step rewrites
+    before it reads)."""
     from floorline.device import timing
     from floorline.native.tuner import TUNER
 
@@ -97,18 +97,12 @@ def retune_early_in_step(net, capture, state: list, roles: list[str], reps: int 
     def use(early):
         net.early = early
 
-    def warm():
-        keep = [t.clone() for t in state]
-        net.step()
-        for t, k in zip(state, keep):
-            t.copy_(k)
-
-    first = timing.fastest_in_step(early_candidates(roles), use, capture, state, reps, warm=warm)
+    first = timing.fastest_in_step(early_candidates(roles), use, capture, state, reps, warm=net.step)
     record = {early_name(s): round(t, 4) for s, t in first.items()}
     more = early_candidates(roles, first)
     if more:  # the choice is among the second round's own timings (fastest_in_step leaves its fastest in place)
         again = timing.fastest_in_step([frozenset(), min(first, key=first.get)] + more, use, capture, state, reps,
-                                       warm=warm)
+                                       warm=net.step)
         record |= {f"again {early_name(s)}": round(t, 4) for s, t in again.items()}
     TUNER.step_tuning["pdl_early"] = record
 
