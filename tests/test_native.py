@@ -340,6 +340,25 @@ def test_the_step_tuner_tries_smaller_attention_chunks_only_where_the_chunk_is_n
     assert tuned == []  # fewer than two candidates: nothing compiled, nothing timed
 
 
+def test_the_cuda_chunks_the_step_tuner_tries_are_the_rules_its_eight_warps_and_its_half(monkeypatch):
+    """Where the CUDA chunks build, the tuner's CUDA candidates are attn_cuda.config's (chunk, warps), that chunk on 8
+    warps where the rule gave fewer, and half that chunk on 4 warps where it is at least CUDA_CHUNK_MIN."""
+    from floorline.native import attn_cuda
+
+    monkeypatch.setattr(attn_cuda, "unavailable", lambda *a: None)
+    def cand(length, kv):
+        return A.AttnScratch._cuda_cand("auto", 32, kv, 128, torch.bfloat16, length, 132, "cpu")
+
+    assert attn_cuda.config(2600, 8, 132) == (4, 128)  # 21 x 8 CTAs: more than 1.1 an SM, 4 warps
+    assert cand(2600, 8) == [("cuda", 128, 4), ("cuda", 128, 8), ("cuda", 64, 4)]
+    assert attn_cuda.config(2300, 8, 132) == (8, 128)  # 18 x 8 CTAs
+    assert cand(2300, 8) == [("cuda", 128, 8), ("cuda", 64, 4)]
+    assert attn_cuda.config(5000, 8, 132) == (4, 256)  # 40 x 8 CTAs of 128 would be more than two an SM
+    assert cand(5000, 8) == [("cuda", 256, 4), ("cuda", 256, 8), ("cuda", 128, 4)]
+    assert attn_cuda.config(2300, 2, 132) == (8, 128) and cand(2300, 2) == [("cuda", 128, 8), ("cuda", 64, 4)]
+    assert A.AttnScratch._cuda_cand("triton", 32, 8, 128, torch.bfloat16, 2600, 132, "cpu") == []
+
+
 def test_an_attention_choice_sets_its_kernel_chunk_and_program_count():
     """AttnScratch.use takes the step tuner's candidates of both kernels: ("cuda", chunk, warps) switches the step to
     the CUDA chunks, (chunk, warps) back to Triton's, each with its own count of chunk programs."""

@@ -321,13 +321,22 @@ class AttnScratch:
         3.881 / 3.827, llama-3.2-3b 1.934 / 1.898: docs/lab/2026-12-03-step-timeline.md), while at ctx 2048 the
         CUDA chunks were 0.8% (llama-3.1-8b) and 1.0% (llama-3.2-3b) slower in the same process
         (docs/lab/2026-12-04-attn-second-wave.md). The tuner times both where the step runs, so each cell keeps
-        whichever is faster there."""
+        whichever is faster there. Beside the rule's (chunk, warps): the same chunk on 8 warps where the rule gave
+        fewer, and half the chunk on 4 warps (twice the CTAs); from a chunk of 128, each warp then walks half the
+        tiles of 16 positions after the wait (one each at 128). On the H200 at ctx 2048 the half chunk was the
+        fastest attention in 5 of 6 processes of 8-KV-head cells, by 0.2-0.8% of a step
+        (docs/lab/2026-12-04-o-head-major.md)."""
         from floorline.native import attn_cuda
 
         if kernel != "auto" or attn_cuda.unavailable(device, heads, kv_heads, head_dim, dtype) is not None:
             return []
         w, c = attn_cuda.config(length, kv_heads, sms)
-        return [("cuda", c, w)]
+        cands = [("cuda", c, w)]
+        if w != 8:
+            cands.append(("cuda", c, 8))
+        if c // 2 >= CUDA_CHUNK_MIN:
+            cands.append(("cuda", c // 2, 4))
+        return cands
 
     def use(self, choice: tuple) -> None:
         """Run with (chunk, warps) of the Triton chunks, or ("cuda", chunk, warps) of the CUDA ones: positions a chunk
