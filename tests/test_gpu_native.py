@@ -228,6 +228,10 @@ def test_native_runtime_replays_real_tokens(quant_name):
     assert rt.describe()["native_attn_chunk_used"] in (16, 32, 64) + ((128,) if cuda else ())
     assert len(tried) == len(A.chunk_candidates(64, 8)) + 2 * cuda, tried
     assert ("cuda chunk 128 w8" in tried) is cuda and ("cuda chunk 64 w4" in tried) is cuda, tried
+    # the attention's 3 fastest, paired with o's 2 fastest where o had a round (the merge inside o or not), timed
+    # together in interleaved rounds before the tokens above
+    finals = rt.describe()["native_finals_step_tuning"]
+    assert finals and len(finals) in (3, 6) and all(" / " in k for k in finals), finals
     assert toks == want
     # which kernels let the next launch before their wait: none and each role timed in the step (Hopper and newer)
     early = rt.describe()["native_pdl_early_step_tuning"]

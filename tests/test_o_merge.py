@@ -83,3 +83,42 @@ def test_floorline_check_has_a_row_for_the_merge_inside_o():
     rows = check.attention_rows(zoo.ZOO["tiny-qwen2"], torch.device("cpu"), 100, timed=False)
     row = next(r for r in rows if r.kernel.startswith("o with the merge inside"))
     assert row.ok and row.rel_err < 2e-2 and row.config == OM.name(OM.CANDIDATES[0])
+
+
+def test_the_final_round_pairs_the_attention_and_o_finalists(monkeypatch):
+    """retune_finals_in_step: the FINALS[0] fastest attention candidates of their round times the FINALS[1] fastest
+    o candidates of theirs, timed together (timing.fastest_interleaved, stubbed: the pair it returns fastest is put in
+    place) and recorded as "<attention> / <o>"; with o's round empty (no merge inside o: int4, tensor parallelism),
+    the attention's finalists with the o in place; nothing with fewer than two pairs or the persistent kernel."""
+    from floorline.device import timing
+    from floorline.native.tuner import TUNER
+
+    seen = []
+
+    def fake(pairs, use, capture, state, warm=None):
+        seen.append(pairs)
+        times = {p: 1.0 + 0.01 * i for i, p in enumerate(pairs)}  # the first pair fastest: not the state it starts in
+        use(min(times, key=times.get))
+        return times
+
+    monkeypatch.setattr(timing, "fastest_interleaved", fake)
+    net = type("Net", (), {})()
+    net.persist_on, net.o_merge = False, None
+    net.attn = A.AttnScratch(4, 2, 32, 4096, "cpu")
+    attn = {(64, 8): 1.03, (32, 8): 1.01, ("cuda", 128, 4): 1.02, (16, 8): 1.2}
+    o = {None: 1.01, (128, 1, 4): 1.0, (32, 4, 4): 1.05}
+    OM.retune_finals_in_step(net, None, [], attn, o, warm=None)
+    assert seen[-1] == [(a, m) for a in [(32, 8), ("cuda", 128, 4), (64, 8)] for m in [(128, 1, 4), None]]
+    assert net.attn.choice() == (32, 8) and net.o_merge == (128, 1, 4)
+    rec = TUNER.step_tuning["finals"]
+    assert len(rec) == 6 and "chunk 32 w8 / 128x1 w4" in rec and "cuda chunk 128 w4 / off" in rec
+    net.attn.use((64, 8))
+    net.o_merge = None
+    OM.retune_finals_in_step(net, None, [], attn, {}, warm=None)
+    assert seen[-1] == [((32, 8), None), (("cuda", 128, 4), None), ((64, 8), None)]
+    assert net.attn.choice() == (32, 8) and net.o_merge is None
+    n = len(seen)
+    OM.retune_finals_in_step(net, None, [], {}, {}, warm=None)  # one pair: nothing to choose
+    net.persist_on = True
+    OM.retune_finals_in_step(net, None, [], attn, o, warm=None)
+    assert len(seen) == n

@@ -90,3 +90,29 @@ def test_the_step_tuner_puts_the_state_back_after_warming(monkeypatch):
 
     timing.fastest_in_step(["a", "b"], lambda c: None, None, [tok, pos], warm=step)
     assert seen == [100, 100] and int(tok) == 7 and int(pos) == 100
+
+
+@pytest.mark.gpu
+def test_the_final_round_interleaves_the_finalists_and_keeps_the_fastest():
+    """fastest_interleaved: each finalist warmed (then the state put back) and captured once; the medians rank graphs
+    that sleep 3, 1 and 2 units (a, b, c) as b < c < a, the fastest left in place, the state as it was before."""
+    dev = torch.device("cuda")
+    pos = torch.zeros(1, device=dev, dtype=torch.int32)
+    now, warmed = [None], []
+    cycles = {"a": 3_000_000, "b": 1_000_000, "c": 2_000_000}
+
+    def body():
+        torch.cuda._sleep(cycles[now[0]])
+        pos.add_(1)
+
+    def use(c):
+        now[0] = c
+
+    def warm():
+        warmed.append(now[0])
+        body()
+
+    times = timing.fastest_interleaved(["a", "b", "c"], use, lambda: timing.capture_graph(body, 0), [pos],
+                                       rounds=2, reps=3, warm=warm)
+    assert warmed == ["a", "b", "c"] and now[0] == "b" and int(pos.item()) == 0
+    assert times["b"] < times["c"] < times["a"], times

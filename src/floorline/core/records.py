@@ -9,7 +9,8 @@ Schema history (bump SCHEMA_VERSION when a key changes meaning or goes away; add
      (after-wait, ...), native_attn_chunk the chunk used and native_fused_mlp the MLP's tuning; native_mlp_split and
      native_probe_no_wait went away. Added since (compatible): native_persist, native_persist_used and
      native_{persist,attn}_step_tuning (the attention's chunk and warps, and the CUDA chunks, timed in the step), native_o_merge_used and
-     native_o_merge_step_tuning (the attention's merge inside the o GEMV, or not), native_kv_prefetch_used and
+     native_o_merge_step_tuning (the attention's merge inside the o GEMV, or not), native_finals_step_tuning (the
+     attention's and o's finalists timed together in interleaved rounds), native_kv_prefetch_used and
      native_kv_prefetch_step_tuning (the fused MLP asking the L2 for the next layer's KV, or not), native_pdl_early_used
      and native_pdl_early_step_tuning (which kernels let the next launch before their own wait; native_pdl may be
      after-wait).

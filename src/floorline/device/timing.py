@@ -144,3 +144,44 @@ def fastest_in_step(candidates: list, use: Callable[[object], None], capture: Ca
         times[c] = state_replay_ms(capture, state, reps)
     use(min(times, key=times.get))
     return times
+
+
+def fastest_interleaved(candidates: list, use: Callable[[object], None], capture: Callable[[], "torch.cuda.CUDAGraph"],
+                        state: list, rounds: int = 3, reps: int = 20, warm: Callable[[], None] | None = None) -> dict:
+    """The step tuners' final round over a few finalists (at least one): fastest_in_step times one candidate after
+    another, so a drift of the GPU between them ranks close candidates at random (on the H200 the tuner's sequential
+    picks measured 0.3-1.2% of a step slower than the best timed this way, docs/lab/2026-12-04-attn-loads-first.md).
+    Here each candidate is put in place by `use` (first warmed by `warm()` outside any capture, `state` put back
+    after) and its step captured once; then the graphs take turns, `reps` replays each a round over `rounds` rounds,
+    `state` restored before every replay and after the last. Returns {candidate: median ms of its rounds x reps
+    replays}, the fastest put back in place."""
+    keep = [t.clone() for t in state]
+
+    def restore():
+        for t, k in zip(state, keep):
+            t.copy_(k)
+
+    graphs = []
+    for c in candidates:
+        use(c)
+        if warm is not None:
+            warm()
+            torch.cuda.synchronize()
+            restore()
+        graphs.append(capture())
+    samples: dict = {c: [] for c in candidates}
+    for _ in range(rounds):
+        for c, graph in zip(candidates, graphs):
+            for _ in range(reps):
+                restore()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                samples[c].append(start.elapsed_time(end))
+    del graphs
+    restore()
+    times = {c: statistics.median(v) for c, v in samples.items()}
+    use(min(times, key=times.get))
+    return times

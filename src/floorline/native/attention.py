@@ -238,10 +238,11 @@ def chunk_candidates(chunk: int, warps: int) -> list[tuple[int, int]]:
     return out
 
 
-def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int = 30) -> None:
+def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int = 30) -> dict:
     """The Triton attention's (chunk, warps), or the CUDA chunks, chosen in the whole decode step: each of
     scratch.cands compiled by `warm()` (one attention launch outside any graph capture: over the current position,
     which a step rewrites before it reads it), then timed (timing.fastest_in_step), the fastest kept in `scratch`.
+    Returns the trials ({candidate: ms}; empty where nothing was timed) for o_merge.retune_finals_in_step.
     Nothing to time from ATTN_CUDA_FROM positions (the CUDA chunks), with attn_kernel=cuda or a fixed chunk
     (NativeOptions attn_kernel, attn_chunk) or in the interpreter; attn_kernel=triton times Triton's candidates
     only."""
@@ -249,10 +250,15 @@ def retune_in_step(scratch: AttnScratch, capture, state: list, warm, reps: int =
     from floorline.native.tuner import TUNER
 
     if len(scratch.cands) < 2:
-        return
+        return {}
     times = timing.fastest_in_step(scratch.cands, scratch.use, capture, state, reps, warm=warm)
-    TUNER.step_tuning["attn"] = {("cuda " if is_cuda(c) else "") + "chunk {} w{}".format(*c[-2:]): round(t, 4)
-                                 for c, t in times.items()}
+    TUNER.step_tuning["attn"] = {cand_name(c): round(t, 4) for c, t in times.items()}
+    return times
+
+
+def cand_name(c: tuple) -> str:
+    """A step-tuner attention candidate as the records name it: "chunk 64 w8" (Triton's), "cuda chunk 256 w8"."""
+    return ("cuda " if is_cuda(c) else "") + "chunk {} w{}".format(*c[-2:])
 
 
 # (programs a query head, warps a program) of the merge: each program a quarter of the head's dims, one warp, small
@@ -345,6 +351,10 @@ class AttnScratch:
         self.chunk, self.warps = choice[-2:]
         self.tile = min(self.fixed_tile or ATTN_BL, self.chunk)
         self.nchunk = -(-self.length // self.chunk)  # the chunk programs a kv head launches
+
+    def choice(self) -> tuple:
+        """The choice in use, as use() takes it: ("cuda", chunk, warps) or (chunk, warps)."""
+        return ("cuda", self.chunk, self.warps) if self.backend == "cuda" else (self.chunk, self.warps)
 
     def name(self) -> str:
         merge = "" if self.merge == (1, 4) else f", merge {self.merge[0]} x w{self.merge[1]}"

@@ -115,15 +115,16 @@ def tri_o_merge(w: torch.Tensor, scratch, pos: torch.Tensor, y: torch.Tensor, co
         **P.launch_kwargs(pdl), **T.launch_kwargs("o_merge", grid[0] * grid[1]))
 
 
-def retune_in_step(net, capture, state: list, reps: int = 30) -> None:
+def retune_in_step(net, capture, state: list, reps: int = 30) -> dict:
     """The o GEMV with the merge folded in (each candidate) against the merge kernel and the o GEMV (None), timed
     in the whole step (timing.fastest_in_step), the fastest kept in net.o_merge. Each candidate is compiled first,
-    outside any graph capture (one launch into a scratch vector)."""
+    outside any graph capture (one launch into a scratch vector). Returns the trials ({candidate: ms}; empty where
+    nothing was timed) for retune_finals_in_step."""
     from floorline.device import timing
     from floorline.native.tuner import TUNER
 
     if not net.o_merge_ok or net.persist_on:  # the persistent kernel has its own merge tasks
-        return
+        return {}
     w = net.layers[0]["o"]["w"]
     junk = torch.zeros(w.shape[0], device=w.device, dtype=torch.float32)
 
@@ -134,6 +135,47 @@ def retune_in_step(net, capture, state: list, reps: int = 30) -> None:
     times = timing.fastest_in_step([None] + CANDIDATES, lambda c: setattr(net, "o_merge", c), capture, state, reps,
                                    warm=warm)
     TUNER.step_tuning["o_merge"] = {("off" if c is None else name(c)): round(t, 4) for c, t in times.items()}
+    return times
+
+
+# finalists of the attention's and o's rounds that the final round times together (FINALS[0] x FINALS[1] pairs)
+FINALS = (3, 2)
+
+
+def retune_finals_in_step(net, capture, state: list, attn_times: dict, o_times: dict, warm) -> None:
+    """The attention's chunks and the merge inside o (or not) chosen together. Their rounds ran one after the other,
+    each candidate timed once in turn: the attention's with the merge kernel in place, o's over the attention kept.
+    But the merge inside o merges each head's chunks in every one of its programs, so the chunk length that is best
+    with the merge kernel need not be best with it; and the GPU drifts between one trial and the next. On the H200
+    the rounds' picks measured 0.3-1.2% slower than the best pair timed in turns in the same process (qwen3-8b,
+    llama-3.2-3b, qwen2.5-1.5b). Here the fastest FINALS[0] attention candidates and FINALS[1] o candidates of those
+    rounds (each round's own choice where it timed nothing) are paired, and the pairs timed in turn over interleaved
+    rounds (timing.fastest_interleaved, `warm` a step outside any capture to compile each pair's kernels); the
+    fastest pair kept, the trials recorded as "<attention> / <o>" (native_finals_step_tuning). H200, qwen2.5-1.5b ctx
+    2048, timed in one process: the pair an earlier process's rounds kept (the CUDA chunks of 64 positions on 4 warps,
+    o's (128, 1, 4)) 1.0814 ms a step, the rule's chunks of 128 on 8 warps with the same o 1.0559
+    (docs/lab/2026-12-04-attn-loads-first.md)."""
+    from floorline.device import timing
+    from floorline.native import attention as A
+    from floorline.native.tuner import TUNER
+
+    def top(times: dict, k: int, now) -> list:
+        return sorted(times, key=times.get)[:k] if times else [now]
+
+    if net.persist_on:  # the persistent kernel runs its own attention and merge tasks
+        return
+    pairs = [(a, o) for a in top(attn_times, FINALS[0], net.attn.choice())
+             for o in top(o_times, FINALS[1], net.o_merge)]
+    if len(pairs) < 2:
+        return
+
+    def use(pair):
+        net.attn.use(pair[0])
+        net.o_merge = pair[1]
+
+    times = timing.fastest_interleaved(pairs, use, capture, state, warm=warm)
+    TUNER.step_tuning["finals"] = {f"{A.cand_name(a)} / {'off' if o is None else name(o)}": round(t, 4)
+                                   for (a, o), t in times.items()}
 
 
 def name(c: tuple) -> str:

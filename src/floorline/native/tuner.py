@@ -7,8 +7,10 @@ Two timers choose, in turn:
      launch on warm weights) ranks small matrices by launch cost and L2 hits. This picks a first choice per shape.
   2. inside the whole step (retune_in_step of gemv.py, mlp.py, attention.py, o_merge.py and int4_cuda.py, through
      timing.fastest_in_step): each shape's candidates timed in a graph of one decode step, the token and position
-     restored between replays, the fastest kept. A kernel's neighbours in the step are other kernels, whose tails and
-     ramps it overlaps under programmatic dependent launch; neither timer of a kernel alone predicts that.
+     restored between replays, the fastest kept; then the attention's and o's finalists paired and timed in
+     interleaved rounds (o_merge.retune_finals_in_step, timing.fastest_interleaved). A kernel's neighbours in the
+     step are other kernels, whose tails and ramps it overlaps under programmatic dependent launch; neither timer of
+     a kernel alone predicts that.
      NativeOptions.step_tune turns it off.
 
 Each kernel module keeps its own candidates and its own retune; this module holds their state and the shared timer,
@@ -24,7 +26,8 @@ from floorline.device import timing
 
 # (kind of step tuning, the name its trials have in a record: native_<name>_step_tuning)
 RECORD_NAMES = (("int4", "int4"), ("gemv", "triton"), ("mlp", "mlp"), ("persist", "persist"), ("attn", "attn"),
-                ("o_merge", "o_merge"), ("kv_prefetch", "kv_prefetch"), ("pdl_early", "pdl_early"))
+                ("o_merge", "o_merge"), ("finals", "finals"), ("kv_prefetch", "kv_prefetch"),
+                ("pdl_early", "pdl_early"))
 
 
 class Tuner:

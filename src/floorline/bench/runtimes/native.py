@@ -60,9 +60,9 @@ class Native(Runtime):
     def prepare(self) -> None:
         """Capture the step (its warm-up steps compile and tune every kernel first); with step_tune, re-time the
         tuned launch choices inside the whole step (int4 GEMV configs, Triton GEMV tiles, fused-MLP tiles, the
-        attention's chunk, the merge inside the o GEMV or not, the KV prefetch, with pdl=auto which kernels let the
-        next launch before their wait, the persistent kernel's launches and, with persist=auto, whether to run it),
-        then capture again."""
+        attention's chunk, the merge inside the o GEMV or not, then those two together in a final round, the KV
+        prefetch, with pdl=auto which kernels let the next launch before their wait, the persistent kernel's launches
+        and, with persist=auto, whether to run it), then capture again."""
         from floorline.native import attention, gemv, int4_cuda, mlp, o_merge, persist
         from floorline.native import pdl as P
         from floorline.native.tuner import TUNER
@@ -82,8 +82,9 @@ class Native(Runtime):
             gemv.retune_in_step(capture, state)
             if net.fused_mlp:
                 mlp.retune_in_step(capture, state)
-            attention.retune_in_step(net.attn, capture, state, warm=lambda: net._attention(0))
-            o_merge.retune_in_step(net, capture, state)
+            attn_times = attention.retune_in_step(net.attn, capture, state, warm=lambda: net._attention(0))
+            o_times = o_merge.retune_in_step(net, capture, state)
+            o_merge.retune_finals_in_step(net, capture, state, attn_times, o_times, warm=net.step)
             mlp.retune_prefetch_in_step(net, capture, state)
             if self.options.pdl == "auto":
                 P.retune_early_in_step(net, capture, state, net.roles())
