@@ -24,7 +24,7 @@ import torch
 
 from floorline.bench.config import RunConfig, cache_len
 from floorline.bench.measure import open_session, start_runtime
-from floorline.device.timing import capture_graph, time_steps
+from floorline.device.timing import capture_graph, keeper, time_steps
 from floorline.native import timeline as T
 
 
@@ -37,12 +37,8 @@ def run(model: str, ctx: int, native: str, replays: int, out: Path) -> dict:
                                   lambda s: print(s, file=sys.stderr))
             chosen = rt.describe()
             net = rt.net
-            keep = [net.tok.clone(), net.pos.clone()]  # the stamps and both timings start here, as a run's steps do
+            restore = keeper([net.tok, net.pos])  # the stamps and both timings start here, as a run's steps do
             position = int(net.pos.reshape(-1)[0])
-
-            def restore():
-                net.tok.copy_(keep[0])
-                net.pos.copy_(keep[1])
 
             line = T.Timeline(ses.device)
             T.ACTIVE = line

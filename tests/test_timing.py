@@ -116,3 +116,14 @@ def test_the_final_round_interleaves_the_finalists_and_keeps_the_fastest():
                                        rounds=2, reps=3, warm=warm)
     assert warmed == ["a", "b", "c"] and now[0] == "b" and int(pos.item()) == 0
     assert times["b"] < times["c"] < times["a"], times
+
+
+def test_a_keeper_puts_the_state_back_to_its_values_when_made():
+    """timing.keeper (the step tuners' and the timeline's restore): later writes to the state are undone, each time."""
+    tok, pos = torch.tensor([7]), torch.tensor([100], dtype=torch.int32)
+    restore = timing.keeper([tok, pos])
+    for _ in range(2):
+        tok.fill_(3)
+        pos.add_(5)
+        restore()
+        assert int(tok) == 7 and int(pos) == 100

@@ -96,28 +96,37 @@ def graph_ms(calls: list[Callable[[], object]], replays: int = 20) -> float:
     return statistics.median(time_steps(graph.replay, replays, torch.device("cuda"))) / len(calls)
 
 
-def state_replay_ms(capture: Callable[[], "torch.cuda.CUDAGraph"], state: list, reps: int = 30) -> float:
-    """The median ms of `reps` replays (after 3 untimed) of the graph `capture()` records, `state` (tensors: the
-    decode step's token and position) restored to its values at the call before every replay and after the last: the
-    launch-config trials that re-time a kernel inside the whole step (int4_cuda, gemv and mlp.retune_in_step) leave
-    the decode where it was, writing only cache positions from the current one on, which a step writes before it
-    reads."""
+def keeper(state: list) -> Callable[[], None]:
+    """A function that puts `state` (tensors: the decode step's token and position) back to its values now."""
     keep = [t.clone() for t in state]
 
     def restore():
         for t, k in zip(state, keep):
             t.copy_(k)
 
+    return restore
+
+
+def replay_ms(graph: "torch.cuda.CUDAGraph", restore: Callable[[], None]) -> float:
+    """One replay of `graph` in ms (CUDA events), `restore()` run first, outside the timed span."""
+    restore()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def state_replay_ms(capture: Callable[[], "torch.cuda.CUDAGraph"], state: list, reps: int = 30) -> float:
+    """The median ms of `reps` replays (after 3 untimed) of the graph `capture()` records, `state` (tensors: the
+    decode step's token and position) restored to its values at the call before every replay and after the last: the
+    launch-config trials that re-time a kernel inside the whole step (int4_cuda, gemv and mlp.retune_in_step) leave
+    the decode where it was, writing only cache positions from the current one on, which a step writes before it
+    reads."""
+    restore = keeper(state)
     graph = capture()
-    times = []
-    for _ in range(reps + 3):
-        restore()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    times = [replay_ms(graph, restore) for _ in range(reps + 3)]
     del graph
     restore()
     return statistics.median(times[3:])
@@ -131,13 +140,12 @@ def fastest_in_step(candidates: list, use: Callable[[object], None], capture: Ca
     there, not while a graph is being captured), then the device synchronised and `state` put back (a warm-up may
     run whole steps, which advance the token and position)."""
     if warm is not None:
-        keep = [t.clone() for t in state]
+        restore = keeper(state)
         for c in candidates:
             use(c)
             warm()
         torch.cuda.synchronize()
-        for t, k in zip(state, keep):
-            t.copy_(k)
+        restore()
     times = {}
     for c in candidates:
         use(c)
@@ -155,12 +163,7 @@ def fastest_interleaved(candidates: list, use: Callable[[object], None], capture
     after) and its step captured once; then the graphs take turns, `reps` replays each a round over `rounds` rounds,
     `state` restored before every replay and after the last. Returns {candidate: median ms of its rounds x reps
     replays}, the fastest put back in place."""
-    keep = [t.clone() for t in state]
-
-    def restore():
-        for t, k in zip(state, keep):
-            t.copy_(k)
-
+    restore = keeper(state)
     graphs = []
     for c in candidates:
         use(c)
@@ -172,14 +175,7 @@ def fastest_interleaved(candidates: list, use: Callable[[object], None], capture
     samples: dict = {c: [] for c in candidates}
     for _ in range(rounds):
         for c, graph in zip(candidates, graphs):
-            for _ in range(reps):
-                restore()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                samples[c].append(start.elapsed_time(end))
+            samples[c] += [replay_ms(graph, restore) for _ in range(reps)]
     del graphs
     restore()
     times = {c: statistics.median(v) for c, v in samples.items()}
