@@ -51,6 +51,18 @@ def test_small_models_agree_with_hf_with_the_step_tuners_small_model_choices(nam
     _agreement(name, quant_name, ctx=256, steps=STEPS, tweak=tweak)
 
 
+@pytest.mark.parametrize("quant_name", [None, "int4"])
+def test_head_dim_64_agrees_with_hf_over_the_cuda_attention_chunks(quant_name):
+    """llama-3.2-1b (head_dim 64), 32 steps against HF fp32 as above, its attention's chunks computed by the CUDA
+    kernel (chunks of 64 on 4 warps, the merge kernel), which the step tuner picks for it on the H200."""
+    from floorline.native import attn_cuda
+
+    a = zoo.ZOO["llama-3.2-1b"]
+    if (why := attn_cuda.unavailable(torch.device("cuda"), a.heads, a.kv_heads, a.head_dim, torch.bfloat16)):
+        pytest.skip(why)
+    _agreement("llama-3.2-1b", quant_name, ctx=256, steps=STEPS, tweak=lambda net: net.attn.use(("cuda", 64, 4)))
+
+
 @pytest.mark.parametrize("name", ["qwen2.5-7b", "llama-3.1-8b", "qwen3-8b"])
 def test_native_agrees_with_hf_at_ctx_16384(name):
     """The long-context path (the CUDA chunks of 512 positions, several tiles a program, the merge over many chunks;
@@ -446,18 +458,21 @@ def test_int4_cuda_gemv_is_replayable_in_a_graph_with_pdl():
 
 
 # --------------------------------------------------------------------------- the CUDA attention chunks (attn_cuda)
-@pytest.mark.parametrize("heads, kv, qk_norm", [(28, 4, False), (32, 8, False), (32, 8, True)])
+@pytest.mark.parametrize("heads, kv, qk_norm, d", [(28, 4, False, 128), (32, 8, False, 128), (32, 8, True, 128),
+                                                  (32, 8, False, 64), (14, 2, False, 64), (14, 2, True, 64)])
 @pytest.mark.parametrize("warps, chunk", [(4, 128), (4, 256), (2, 64), (8, 512)])
-def test_cuda_attention_chunks_match_the_reference(heads, kv, qk_norm, warps, chunk):
+def test_cuda_attention_chunks_match_the_reference(heads, kv, qk_norm, d, warps, chunk):
     """tri_attention with attn_cuda's chunks (and the Triton merge) against ref_rope_kv + ref_attention at positions
     0, 1, mid-tile, on tile and chunk edges, past a warp's first two tiles and at ctx 16389, with Qwen3's q/k norm and
-    without; the new k and v written to the cache at `pos` as the reference writes them and nothing else touched;
+    without, at head_dim 128 and 64 (llama-3.2-1b's and qwen2.5-0.5b's heads; 7 query heads a KV head with the norm:
+    its rows end mid-warp); the new k and v written to the cache at `pos` as the reference writes them and nothing
+    else touched;
     with zero_qkv, q/k/v zeroed. Then 20 replays of a CUDA graph (PDL as the step launches it) after a kernel that
     writes q/k/v, the position advancing on the device between them."""
     from floorline.native import attn_cuda
 
     dev = torch.device("cuda")
-    d, length = 128, 16400
+    length = 16400
     why = attn_cuda.unavailable(dev, heads, kv, d, torch.bfloat16)
     if why:
         pytest.skip(why)
@@ -550,16 +565,17 @@ def _same_cache(got, want, p):
     assert ((a - b).abs() <= b.abs() * 2 ** -7).all(), (p, (a - b).abs().max().item())
 
 
-@pytest.mark.parametrize("qkn", [False, True])
-def test_cuda_attention_loads_its_first_tiles_before_the_wait(qkn):
-    """In the SASS of attn_chunk (with Qwen3's q/k norm and without), every load of a warp's first two KV tiles (16 of
-    K and V each, 128-bit, not allocated in L1) comes before griddepcontrol.wait (ACQBULK), as int4_gemv's first
-    weights do."""
+@pytest.mark.parametrize("qkn, d", [(False, 128), (True, 128), (False, 64), (True, 64)])
+def test_cuda_attention_loads_its_first_tiles_before_the_wait(qkn, d):
+    """In the SASS of attn_chunk (with Qwen3's q/k norm and without; head_dim 128 and 64), every load of a warp's
+    first two KV tiles (16 of K and V each, 128-bit, not allocated in L1; 8 each at head_dim 64) comes before
+    griddepcontrol.wait (ACQBULK), as int4_gemv's first weights do."""
     from floorline.native import attn_cuda
 
-    sass = _sass_of(lambda arch: attn_cuda.compile_source(attn_cuda._defines(28, 4, 4, 256, 65, 16, 1, qkn), arch))
+    sass = _sass_of(lambda arch: attn_cuda.compile_source(attn_cuda._defines(28, 4, 4, 256, 65, 16, 1, qkn, d),
+                                                          arch))
     before = sass.split("ACQBULK", 1)[0]
-    assert "ACQBULK" in sass and before.count("LDG.E.NA") >= 32, before[-2000:]
+    assert "ACQBULK" in sass and before.count("LDG.E.NA") >= d // 4, before[-2000:]
 
 
 def _sass_of(compile_for) -> str:
@@ -661,14 +677,15 @@ def test_persistent_layers_match_the_kernel_step_for_every_candidate(name, ctx):
             assert got == want and err < 1e-2, (c, got, want, err)
 
 
-@pytest.mark.parametrize("name, ctx", [("qwen3-0.6b", 300), ("llama-3.2-3b", 700)])
+@pytest.mark.parametrize("name, ctx", [("qwen3-0.6b", 300), ("llama-3.2-3b", 700), ("llama-3.2-1b", 300),
+                                       ("qwen2.5-0.5b", 300)])
 def test_the_cuda_chunks_the_step_tuner_tries_match_the_triton_chunks(name, ctx):
     """Below 8192 positions the step tuner also times the CUDA attention chunks (attention.AttnScratch._cuda_cand):
     their partials land in buffers sized for the tuner's shortest Triton chunk (a wider stride than their own chunk
     count). 6 steps from the same prompt with the rule's CUDA chunks, and with each other candidate (the other CUDA
     chunks and warps, each Triton chunk), on the same bf16 weights: the same tokens, and logits within 2e-2 (two
     kernels' tile orders and roundings over a bf16 cache; HF's own bf16 path is 4-6e-2 from fp32 on these models;
-    qwen3-0.6b: the q/k norm)."""
+    qwen3-0.6b: the q/k norm; llama-3.2-1b and qwen2.5-0.5b: head_dim 64)."""
     from floorline.native import attn_cuda
 
     a = zoo.ZOO[name]

@@ -591,6 +591,47 @@ def test_the_cuda_attention_says_in_one_line_why_it_cannot_serve_the_cpu():
     assert why and "GPU" in why and "\n" not in why
 
 
+def test_the_cuda_attention_takes_head_dim_128_and_64_and_builds_each_for_its_own(monkeypatch):
+    """On a GPU with tensor cores (stubbed), head_dim 128 and 64 build the kernel (its D define only where not 128,
+    so 128's build is the one it always was); 96, more than 8 query heads a KV head or an fp16 cache are one line."""
+    from floorline.native import attn_cuda, nvrtc
+
+    built = []
+    monkeypatch.setattr(nvrtc, "no_tensor_core_gpu", lambda *a: None)
+    monkeypatch.setattr(attn_cuda, "_kernel", lambda index, defines: built.append(dict(defines)))
+    dev = torch.device("cuda", 0)
+    assert attn_cuda.unavailable(dev, 32, 8, 128, torch.bfloat16) is None
+    assert attn_cuda.unavailable(dev, 14, 2, 64, torch.bfloat16) is None
+    assert "D" not in built[0] and built[1]["D"] == 64 and built[1]["G"] == 7
+    for why in (attn_cuda.unavailable(dev, 32, 8, 96, torch.bfloat16),
+                attn_cuda.unavailable(dev, 36, 4, 128, torch.bfloat16),
+                attn_cuda.unavailable(dev, 32, 8, 64, torch.float16)):
+        assert why and "128 or 64" in why and "\n" not in why
+    assert len(built) == 2
+
+
+def test_the_cuda_attention_chunks_build_for_the_caches_head_dim(monkeypatch):
+    """attn_cuda.chunks compiles for the head_dim of the cache it is handed (its last dim): 64 gets D 64, 128 no D
+    define; the launch (stubbed) is one CTA a (chunk, KV head) of the given warps."""
+    import types
+
+    from floorline.native import attn_cuda, nvrtc
+
+    built, launched = [], []
+    monkeypatch.setattr(attn_cuda, "_kernel", lambda index, defines: built.append(dict(defines)) or
+                        types.SimpleNamespace(func=None))
+    monkeypatch.setattr(nvrtc, "launch", lambda func, grid, block, *a, **k: launched.append((grid, block)))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0))
+    for d in (64, 128):
+        kc = torch.zeros(2, 300, d, dtype=torch.bfloat16)
+        m = torch.zeros(2, 5, 16)
+        t = torch.zeros(1)
+        attn_cuda.chunks(torch.zeros(18 * d), t, t, torch.zeros(1, dtype=torch.int32), kc, kc, 14, 0.1, m, m,
+                         torch.zeros(2, 5, 16, d), warps=8, chunk=64)
+    assert built[0]["D"] == 64 and "D" not in built[1] and built[0]["G"] == 7 and built[0]["NCH"] == 5
+    assert launched == [((5, 2, 1), 256)] * 2
+
+
 def test_the_merge_splits_each_head_over_programs_of_at_least_16_dims():
     """merge_launch: MERGE, a split that would leave a program fewer than 16 dims halved. The scratch names a merge
     other than one 4-warp program a head."""

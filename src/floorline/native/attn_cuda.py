@@ -22,6 +22,8 @@ loads 16-byte words straight into tensor-core fragments (no shared memory, no sh
 - O^T += V^T P^T: V^T the A operand (16 dims x 16 positions; a lane's two 16-byte words, dims 8 r and 64 + 8 r, of
   four V rows, paired by one prmt each: a load instruction covers 128 contiguous bytes of each of 4 rows), P^T the B
   operand, which is exactly S's accumulator layout converted to bf16: no data movement.
+At head_dim 64 the layout is the same with half the words: a lane's two words of a K row (4 k-steps), one of a V
+row, 4 m-blocks of O^T; a row of the q/k prologue is then half a warp, and the q/k norm's sums stay in that half.
 Online softmax in fp32 per query head (each S row's max over a quad of lanes), per warp; the warps' partials combine
 once, in shared memory, into the chunk's partial (m, l, unnormalised o per query head: the layout and meaning of the
 Triton chunk kernel's, which the merge reads). The chunk holding `pos` also rotates this token's k, writes k and v to
@@ -43,19 +45,21 @@ SOURCE = "attn_chunk.cu"  # cuda/attn_chunk.cu
 
 # warps a CTA (config's rule picks them)
 WARPS = (2, 4, 8)
+# head_dim the kernel takes: a lane's loads are whole 16-byte words of K's and V's rows either way
+HEAD_DIMS = (128, 64)
 
 
 def unavailable(device: torch.device, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str | None:
     """Why the CUDA chunk kernel cannot serve this model on `device` (one line), or None: it needs compute capability
-    8.0 or newer (bf16 mma.m16n8k16), head_dim 128, at most 8 query heads a KV head and a bf16 cache."""
+    8.0 or newer (bf16 mma.m16n8k16), head_dim 128 or 64, at most 8 query heads a KV head and a bf16 cache."""
     if (why := nvrtc.no_tensor_core_gpu(device, "the CUDA attention")) is not None:
         return why
-    if head_dim != 128 or heads % kv_heads or heads // kv_heads > 8 or dtype != torch.bfloat16:
+    if head_dim not in HEAD_DIMS or heads % kv_heads or heads // kv_heads > 8 or dtype != torch.bfloat16:
         return (f"head_dim {head_dim}, {heads // kv_heads} query heads a KV head, {dtype}: the CUDA attention takes "
-                "128, <= 8, bf16")
+                "128 or 64, <= 8, bf16")
     try:
         _kernel(device.index if device.index is not None else torch.cuda.current_device(),
-                _defines(heads, kv_heads, 4, 128, 1, 16, 0))
+                _defines(heads, kv_heads, 4, 128, 1, 16, 0, d=head_dim))
     except (OSError, RuntimeError) as e:
         return f"NVRTC could not build the CUDA attention: {str(e).splitlines()[0]}"
     return None
@@ -78,8 +82,8 @@ def config(length: int, kv_heads: int, sms: int, chunk: int = 0) -> tuple[int, i
 
 
 def _defines(heads: int, kv_heads: int, warps: int, chunk: int, nchunk: int, gp: int, pdl: int,
-             qkn: bool = False) -> tuple:
-    extra = {"QKN": 1} if qkn else {}  # (absent: the source's default, 0)
+             qkn: bool = False, d: int = 128) -> tuple:
+    extra = ({"QKN": 1} if qkn else {}) | ({"D": d} if d != 128 else {})  # (absent: the source's defaults, 0, 128)
     return tuple(dict(G=heads // kv_heads, H=heads, KVH=kv_heads, W=warps, CHUNK=chunk, NCH=nchunk, GP=gp,
                       PDL=pdl, **extra).items())
 
@@ -102,14 +106,15 @@ def _kernel(device_index: int, defines: tuple):
 def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l, o, warps: int, chunk: int,
            pdl: int = 0, qk_norm: tuple | None = None) -> None:
     """The Triton _attn_chunk's contract: RoPE of q and k at `pos` (each head RMS-normalised first by qk_norm's (q
-    weights, k weights, eps): Qwen3), k and v written to the caches (kv_heads, L, 128) bf16 at `pos`, each live
-    (chunk, kv head)'s partial softmax sums into m, l (kv_heads, stride, gp) and o (..., 128), fp32; stride at least
+    weights, k weights, eps): Qwen3), k and v written to the caches (kv_heads, L, head_dim) bf16 at `pos`, each live
+    (chunk, kv head)'s partial softmax sums into m, l (kv_heads, stride, gp) and o (..., head_dim), fp32; stride at least
     the cache's chunks (more where AttnScratch sized them for a shorter chunk of the step tuner's)."""
     kv_heads, stride, gp = m.shape  # (stride: chunks a KV head's partials hold, sized for the shortest candidate)
     nchunk = -(-k_cache.shape[1] // chunk)  # the chunk programs a KV head launches
     if nchunk > stride:
         raise ValueError(f"attn_cuda.chunks: {nchunk} chunks of {chunk} positions, partials for {stride}")
-    kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, stride, gp, pdl, qk_norm is not None))
+    kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, stride, gp, pdl, qk_norm is not None,
+                                              k_cache.shape[2]))
     qn, kn, eps = qk_norm if qk_norm is not None else (qkv, qkv, 0.0)  # (not read without QKN)
     vals = [ctypes.c_void_p(t.data_ptr()) for t in (qkv, cos, sin, pos, k_cache, v_cache, m, l, o)]
     vals += [ctypes.c_float(scale), ctypes.c_longlong(k_cache.stride(0)), ctypes.c_void_p(qn.data_ptr()),

@@ -3,8 +3,18 @@
 #ifndef QKN
 #define QKN 0
 #endif
-typedef unsigned short u16;
+// D: head_dim, 128 or 64 (absent: 128). A lane loads KW 16-byte words of a K row and VW of a V row; O^T is MB
+// m-blocks of 16 dims
+#ifndef D
 #define D 128
+#endif
+#if D != 128 && D != 64
+#error "attn_chunk: head_dim 128 or 64"
+#endif
+#define KW (D / 32)
+#define VW (D / 64)
+#define MB (D / 16)
+typedef unsigned short u16;
 #define NT (W * 32)
 #define CT (CHUNK / 16)
 
@@ -31,9 +41,9 @@ __device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u3
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-struct Tile {  // one tile's loads: K rows 16t + 8b + lane/4 (16 bytes at dims 32i + 8(lane%4), i < 4); V rows 16t +
-  uint4 k[2][4];  // {0,1,8,9} + 2(lane%4) (16 bytes at dims 64h + 8(lane/4), h < 2). Every load instruction covers whole
-  uint4 v[4][2];  // 32-byte sectors (a K row's 64 bytes by 4 lanes, a V row's 128 by 8): each sector leaves L2 once
+struct Tile {  // one tile's loads: K rows 16t + 8b + lane/4 (16 bytes at dims 32i + 8(lane%4), i < KW); V rows 16t
+  uint4 k[2][KW];  // + {0,1,8,9} + 2(lane%4) (16 bytes at dims 64h + 8(lane/4), h < VW). Every load instruction covers
+  uint4 v[4][VW];  // whole 32-byte sectors (a K row's 64 bytes by 4 lanes, a V row's 128 by 8): each leaves L2 once
 };
 
 __device__ __forceinline__ void load_tile(Tile& a, const u16* kb, const u16* vb, int t, int tend, int pos, int r4,
@@ -43,7 +53,7 @@ __device__ __forceinline__ void load_tile(Tile& a, const u16* kb, const u16* vb,
   const u16* k0 = kb + (long long)min(t * 16 + r4, pos - 1) * D + t4 * 8;
   const u16* k1 = kb + (long long)min(t * 16 + 8 + r4, pos - 1) * D + t4 * 8;
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < KW; i++) {
     a.k[0][i] = ldg(k0 + i * 32);
     a.k[1][i] = ldg(k1 + i * 32);
   }
@@ -51,21 +61,23 @@ __device__ __forceinline__ void load_tile(Tile& a, const u16* kb, const u16* vb,
   for (int i = 0; i < 4; i++) {
     const u16* v = vb + (long long)min(t * 16 + 2 * t4 + (i & 1) + (i >> 1) * 8, pos - 1) * D + r4 * 8;
     a.v[i][0] = ldg(v);
+#if VW > 1
     a.v[i][1] = ldg(v + 64);
+#endif
   }
 }
 
 // the online softmax of one tile: m, l (query head lane/4; l this lane's share), o (O^T fragments: dims
 // 64(mb/4) + 8(lane/4) + 2(mb%4) (+1 for o[mb][2..3]), query heads 2(lane%4) (+1 for o[mb][1], o[mb][3]))
 __device__ __forceinline__ void attend(const Tile& a, const u32* q, int t, int pos, int lane, float& m, float& l,
-                                       float (&o)[8][4]) {
+                                       float (&o)[MB][4]) {
   const int t4 = lane & 3;
   float s[2][4];
 #pragma unroll
   for (int b = 0; b < 2; b++) {
     s[b][0] = s[b][1] = s[b][2] = s[b][3] = 0.f;
 #pragma unroll
-    for (int j = 0; j < 8; j++) mma(s[b], q[2 * j], 0u, q[2 * j + 1], 0u, word(a.k[b][j / 2], (2 * j) % 4),
+    for (int j = 0; j < D / 16; j++) mma(s[b], q[2 * j], 0u, q[2 * j + 1], 0u, word(a.k[b][j / 2], (2 * j) % 4),
                                     word(a.k[b][j / 2], (2 * j) % 4 + 1));
   }
   float mt = -1e30f;
@@ -92,7 +104,7 @@ __device__ __forceinline__ void attend(const Tile& a, const u32* q, int t, int p
   const u32 p0 = bf2(p[0][0], p[0][1]), p1 = bf2(p[1][0], p[1][1]);
   const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * t4), a1 = __shfl_sync(0xffffffffu, alpha, 8 * t4 + 4);
 #pragma unroll
-  for (int mb = 0; mb < 8; mb++) {
+  for (int mb = 0; mb < MB; mb++) {
     o[mb][0] *= a0; o[mb][1] *= a1; o[mb][2] *= a0; o[mb][3] *= a1;
     const u32 w0 = word(a.v[0][mb / 4], mb % 4), w1 = word(a.v[1][mb / 4], mb % 4);
     const u32 w8 = word(a.v[2][mb / 4], mb % 4), w9 = word(a.v[3][mb / 4], mb % 4);
@@ -129,7 +141,8 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   pdl_wait_after(A.k[0][0].x ^ B.k[0][0].x ^ A.v[0][0].x ^ B.v[0][0].x, pos + 33);
   // q (rotated, x scale, bf16) of the G query heads into shared memory, four dims a thread; the owner also the
   // rotated k and the v of this token (rounded as the cache holds them), written to the cache
-  // (a warp's 32 lanes hold one row's 128 dims in every pass: the q/k norm's sum is a warp's)
+  // (a warp's 32 lanes hold one row's 128 dims in every pass, half a warp's one row's 64: the q/k norm's sum is a
+  // warp's, or a half's)
   for (int e = tid; e < (own ? G + 2 : G) * (D / 4); e += NT) {
     const int row = e / (D / 4), d = (e % (D / 4)) * 4;
     const int src = row < G ? kvh * G + row : row == G ? H + kvh : H + KVH + kvh;
@@ -138,8 +151,10 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
       float4 pr = *reinterpret_cast<const float4*>(qkv + src * D + (d + D / 2) % D);
 #if QKN
       float ss = x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+      // (D 64: a row is a half-warp's 16 lanes, each half live whole or not at all: the shuffles stay in it)
+      const unsigned half = D == 128 ? 0xffffffffu : lane < 16 ? 0x0000ffffu : 0xffff0000u;
 #pragma unroll
-      for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+      for (int off = D / 8; off; off >>= 1) ss += __shfl_xor_sync(half, ss, off);
       const float r = rsqrtf(ss / D + eps);  // 1 / rms over the head's D dims, as the Triton kernel's _rope
       const float* nw = row < G ? qnw : knw;
       const float4 w = *reinterpret_cast<const float4*>(nw + d);
@@ -175,17 +190,17 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
       if (lane == 0) snew[g] = s;
     }
   }
-  u32 q[16];  // A fragments, the dims permuted as K's: q words 4i..4i+3 hold dims 32i + 8 t4 .. + 7 of head r4
+  u32 q[D / 8];  // A fragments, the dims permuted as K's: q words 4i..4i+3 hold dims 32i + 8 t4 .. + 7 of head r4
   {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < KW; i++) {
       const uint4 w = *reinterpret_cast<const uint4*>(qs + r4 * D + i * 32 + t4 * 8);
       q[4 * i] = w.x; q[4 * i + 1] = w.y; q[4 * i + 2] = w.z; q[4 * i + 3] = w.w;
     }
   }
-  float m = -1e30f, l = 0.f, o[8][4];
+  float m = -1e30f, l = 0.f, o[MB][4];
 #pragma unroll
-  for (int mb = 0; mb < 8; mb++) o[mb][0] = o[mb][1] = o[mb][2] = o[mb][3] = 0.f;
+  for (int mb = 0; mb < MB; mb++) o[mb][0] = o[mb][1] = o[mb][2] = o[mb][3] = 0.f;
   for (; ta < tend; ta += 2 * W) {
     attend(A, q, ta, pos, lane, m, l, o);
     load_tile(A, kb, vb, ta + 2 * W, tend, pos, r4, t4);
@@ -201,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
     wl[warp][r4] = l;
   }
 #pragma unroll
-  for (int mb = 0; mb < 8; mb++) {
+  for (int mb = 0; mb < MB; mb++) {
     const int d = (mb / 4) * 64 + r4 * 8 + 2 * (mb % 4);
     wo[warp][2 * t4][d] = o[mb][0];
     wo[warp][2 * t4][d + 1] = o[mb][2];
