@@ -653,6 +653,23 @@ def test_the_attention_backend_is_triton_off_the_gpu_and_a_bad_choice_says_the_v
         A.attn_backend("cpu", 28, 4, 128, torch.bfloat16, 300, "fast")
 
 
+def test_auto_takes_the_cuda_chunks_by_rule_only_at_head_dim_128(monkeypatch):
+    """From ATTN_CUDA_FROM positions, auto runs the CUDA chunks where they build at head_dim 128 (measured faster
+    there); at head_dim 64 (measured up to 2048 positions) Triton's start, the CUDA chunks among the step tuner's
+    candidates; attn_kernel=cuda takes them at either."""
+    from floorline.native import attn_cuda
+
+    monkeypatch.setattr(A, "INTERPRET", False)
+    monkeypatch.setattr(attn_cuda, "unavailable", lambda *a: None)
+    assert A.attn_backend("cuda", 32, 8, 128, torch.bfloat16, 16384) == "cuda"
+    assert A.attn_backend("cuda", 32, 8, 128, torch.bfloat16, 4096) == "triton"
+    assert A.attn_backend("cuda", 32, 8, 64, torch.bfloat16, 16384) == "triton"
+    assert A.attn_backend("cuda", 32, 8, 64, torch.bfloat16, 16384, "cuda") == "cuda"
+    # the tuner's CUDA candidates there: the rule's 512 positions on 4 and 8 warps, and half of it
+    assert A.AttnScratch._cuda_cand("auto", 32, 8, 64, torch.bfloat16, 16384, 132, "cpu") == [
+        ("cuda", 512, 4), ("cuda", 512, 8), ("cuda", 256, 4)]
+
+
 def _fake_step(monkeypatch, ms_of):
     """timing.state_replay_ms replaced by `ms_of()` (what the current choices would cost): the step tuners' selection
     logic without a GPU. Returns the list of the trials' times."""

@@ -3,8 +3,8 @@
 1. chunks: one program per (kv head, chunk of the cache) rotates q and k at the current position (read from the
    device: graph-safe); the chunk holding the position writes k and v into the cache; every program scores all query
    heads of its group with tensor cores over its chunk and writes partial softmax sums (m, l, o). Triton's
-   _attn_chunk, or attn_cuda's CUDA kernel (from ATTN_CUDA_FROM positions, where it measured faster; below, where
-   the step tuner measures it faster in the step).
+   _attn_chunk, or attn_cuda's CUDA kernel (at head_dim 128 from ATTN_CUDA_FROM positions, where it measured
+   faster; elsewhere, where the step tuner measures it faster in the step).
 2. merge: each query head's chunks combined (Triton's _attn_merge), in `split` programs of `warps` warps a head, each
    a share of its dims: many small programs that fit beside a chunk program and start before the chunks end.
 """
@@ -194,8 +194,9 @@ CUDA_CHUNK_MIN = 64  # attn_cuda's warps each take tiles of 16 positions: a smal
 def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int, want: str = "auto",
                  chunk: int = 0) -> str:
     """Which kernel computes the attention's chunks of a `length`-position cache: "cuda" (attn_cuda, where the GPU and
-    shapes allow it) or "triton". want (NativeOptions.attn_kernel): auto (cuda from ATTN_CUDA_FROM positions, where it
-    measured faster), cuda or triton. The merge is Triton's either way. Both normalise q and k where the model has a
+    shapes allow it) or "triton". want (NativeOptions.attn_kernel): auto (cuda at head_dim 128 from ATTN_CUDA_FROM
+    positions, where it measured faster; at head_dim 64, measured at 2048 positions and below only, Triton's, with
+    the CUDA chunks among the step tuner's candidates), cuda or triton. The merge is Triton's either way. Both normalise q and k where the model has a
     q/k norm (Qwen3). A fixed chunk below CUDA_CHUNK_MIN positions runs in Triton's only."""
     if want not in ("auto", "cuda", "triton"):
         raise UserError(f"attn_kernel={want!r}: use auto, cuda or triton (the attention's chunk kernel)")
@@ -205,7 +206,7 @@ def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length
                         f"attn_kernel=triton or auto")
     if want == "triton" or small or INTERPRET or torch.device(device).type != "cuda":
         return "triton"
-    if want == "auto" and length < ATTN_CUDA_FROM:
+    if want == "auto" and (length < ATTN_CUDA_FROM or head_dim != 128):
         return "triton"
     from floorline.native import attn_cuda
 
@@ -320,7 +321,8 @@ class AttnScratch:
 
     @staticmethod
     def _cuda_cand(kernel, heads, kv_heads, head_dim, dtype, length, sms, device) -> list[tuple]:
-        """With attn_kernel auto below ATTN_CUDA_FROM positions, the CUDA chunks (at attn_cuda.config's chunk and
+        """With attn_kernel auto where Triton's chunks are the start (below ATTN_CUDA_FROM positions, and at any length
+        for head_dim 64), the CUDA chunks (at attn_cuda.config's chunk and
         warps) as one more candidate for the step tuner, where they build. Triton's chunks of 64 run two programs an
         SM: where a step's live (chunk, KV head) programs outnumber them, the chunk holding the position starts in a
         second wave (qwen3-8b from position 2112: 4.009 ms a step against 3.956 with the CUDA chunks; llama-3.1-8b

@@ -4,8 +4,9 @@
   mlp         fused: each dense layer's MLP as one kernel (mlp.py; the default) | gemv: gate_up then down, two GEMVs
               (what int4 and tensor-parallel steps always run). H200, ctx 2048: qwen2.5-7b 3.475 ms fused against
               3.610, llama-3.1-8b 3.789 against 3.891.
-  attn_kernel auto: the CUDA chunk kernel (attn_cuda.py) from ATTN_CUDA_FROM cache positions where it builds; below,
-              Triton's chunks, with the CUDA ones among the step tuner's candidates where they build | triton | cuda
+  attn_kernel auto: the CUDA chunk kernel (attn_cuda.py) from ATTN_CUDA_FROM cache positions at head_dim 128; below
+              (and at head_dim 64), Triton's chunks, with the CUDA ones among the step tuner's candidates where they
+              build | triton | cuda
   attn_chunk  cache positions an attention program covers: 0 (the default) sizes it to fill the GPU, and the step
               tuner also tries its half and quarter; 16..1024 fixes it (the CUDA kernel: 64..1024)
   pdl         auto: programmatic dependent launch where the GPU has it (Hopper and newer), the step tuner choosing
