@@ -132,20 +132,25 @@ def state_replay_ms(capture: Callable[[], "torch.cuda.CUDAGraph"], state: list, 
     return statistics.median(times[3:])
 
 
+def warm_each(candidates: list, use: Callable[[object], None], warm: Callable[[], None], state: list) -> None:
+    """Each candidate put in place by `use` and `warm()` run once outside any graph capture (its kernels compiled
+    there, not while a graph is being captured), then the device synchronised and `state` put back (a warm-up may
+    run whole steps, which advance the token and position)."""
+    restore = keeper(state)
+    for c in candidates:
+        use(c)
+        warm()
+    torch.cuda.synchronize()
+    restore()
+
+
 def fastest_in_step(candidates: list, use: Callable[[object], None], capture: Callable[[], "torch.cuda.CUDAGraph"],
                     state: list, reps: int = 30, warm: Callable[[], None] | None = None) -> dict:
     """The step tuners' trial loop (the native kernels' retune_in_step): each candidate put in place by `use` and
     timed in the whole decode step (state_replay_ms), then the fastest put back in place. Returns {candidate: ms}.
-    warm: first, each candidate put in place and `warm()` run once outside any graph capture (its kernels compiled
-    there, not while a graph is being captured), then the device synchronised and `state` put back (a warm-up may
-    run whole steps, which advance the token and position)."""
+    warm: every candidate warmed first (warm_each)."""
     if warm is not None:
-        restore = keeper(state)
-        for c in candidates:
-            use(c)
-            warm()
-        torch.cuda.synchronize()
-        restore()
+        warm_each(candidates, use, warm, state)
     times = {}
     for c in candidates:
         use(c)
@@ -159,18 +164,16 @@ def fastest_interleaved(candidates: list, use: Callable[[object], None], capture
     """The step tuners' final round over a few finalists (at least one): fastest_in_step times one candidate after
     another, so a drift of the GPU between them ranks close candidates at random (on the H200 the tuner's sequential
     picks measured 0.3-1.2% of a step slower than the best timed this way, docs/lab/2026-12-04-attn-loads-first.md).
-    Here each candidate is put in place by `use` (first warmed by `warm()` outside any capture, `state` put back
-    after) and its step captured once; then the graphs take turns, `reps` replays each a round over `rounds` rounds,
-    `state` restored before every replay and after the last. Returns {candidate: median ms of its rounds x reps
+    Here every candidate is warmed first (warm_each), then each put in place by `use` and its step captured once;
+    then the graphs take turns, `reps` replays each a round over `rounds` rounds, `state` restored before every
+    replay and after the last. Returns {candidate: median ms of its rounds x reps
     replays}, the fastest put back in place."""
+    if warm is not None:
+        warm_each(candidates, use, warm, state)
     restore = keeper(state)
     graphs = []
     for c in candidates:
         use(c)
-        if warm is not None:
-            warm()
-            torch.cuda.synchronize()
-            restore()
         graphs.append(capture())
     samples: dict = {c: [] for c in candidates}
     for _ in range(rounds):

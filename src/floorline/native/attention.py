@@ -188,16 +188,18 @@ def attn_chunk_len(length: int, kv_heads: int, sms: int) -> int:
 # With the q/k norm in the CUDA kernel, qwen3-8b ctx 16384 4.979 / 4.393, ctx 2048 3.883 / 3.880
 # (docs/lab/2026-12-03-attn-cluster.md)
 ATTN_CUDA_FROM = 8192
+ATTN_CUDA_RULE_HEAD_DIM = 128  # the head_dim ATTN_CUDA_FROM was measured at; others start from Triton's (tuner's pick)
 CUDA_CHUNK_MIN = 64  # attn_cuda's warps each take tiles of 16 positions: a smaller chunk leaves its warps idle
 
 
 def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length: int, want: str = "auto",
                  chunk: int = 0) -> str:
     """Which kernel computes the attention's chunks of a `length`-position cache: "cuda" (attn_cuda, where the GPU and
-    shapes allow it) or "triton". want (NativeOptions.attn_kernel): auto (cuda at head_dim 128 from ATTN_CUDA_FROM
-    positions, where it measured faster; at head_dim 64, measured at 2048 positions and below only, Triton's, with
-    the CUDA chunks among the step tuner's candidates), cuda or triton. The merge is Triton's either way. Both normalise q and k where the model has a
-    q/k norm (Qwen3). A fixed chunk below CUDA_CHUNK_MIN positions runs in Triton's only."""
+    shapes allow it) or "triton". want (NativeOptions.attn_kernel): auto (cuda at ATTN_CUDA_RULE_HEAD_DIM from
+    ATTN_CUDA_FROM positions, where it measured faster; at head_dim 64, measured at 2048 positions and below only,
+    Triton's, with the CUDA chunks among the step tuner's candidates), cuda or triton. The merge is Triton's either
+    way. Both normalise q and k where the model has a q/k norm (Qwen3). A fixed chunk below CUDA_CHUNK_MIN positions
+    runs in Triton's only."""
     if want not in ("auto", "cuda", "triton"):
         raise UserError(f"attn_kernel={want!r}: use auto, cuda or triton (the attention's chunk kernel)")
     small = 0 < chunk < CUDA_CHUNK_MIN
@@ -206,7 +208,7 @@ def attn_backend(device, heads: int, kv_heads: int, head_dim: int, dtype, length
                         f"attn_kernel=triton or auto")
     if want == "triton" or small or INTERPRET or torch.device(device).type != "cuda":
         return "triton"
-    if want == "auto" and (length < ATTN_CUDA_FROM or head_dim != 128):
+    if want == "auto" and (length < ATTN_CUDA_FROM or head_dim != ATTN_CUDA_RULE_HEAD_DIM):
         return "triton"
     from floorline.native import attn_cuda
 

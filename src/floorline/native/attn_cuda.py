@@ -106,9 +106,9 @@ def _kernel(device_index: int, defines: tuple):
 def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l, o, warps: int, chunk: int,
            pdl: int = 0, qk_norm: tuple | None = None) -> None:
     """The Triton _attn_chunk's contract: RoPE of q and k at `pos` (each head RMS-normalised first by qk_norm's (q
-    weights, k weights, eps): Qwen3), k and v written to the caches (kv_heads, L, head_dim) bf16 at `pos`, each live
-    (chunk, kv head)'s partial softmax sums into m, l (kv_heads, stride, gp) and o (..., head_dim), fp32; stride at least
-    the cache's chunks (more where AttnScratch sized them for a shorter chunk of the step tuner's)."""
+    weights, k weights, eps): Qwen3), k and v written to the caches (kv_heads, L, head_dim) bf16 at `pos`, each
+    live (chunk, kv head)'s partial softmax sums into m, l (kv_heads, stride, gp) and o (..., head_dim), fp32; stride
+    at least the cache's chunks (more where AttnScratch sized them for a shorter chunk of the step tuner's)."""
     kv_heads, stride, gp = m.shape  # (stride: chunks a KV head's partials hold, sized for the shortest candidate)
     nchunk = -(-k_cache.shape[1] // chunk)  # the chunk programs a KV head launches
     if nchunk > stride:
