@@ -14,7 +14,8 @@
 #               `floorline endpoint`, then `floorline run` on the same weights (scripts/serve_wheels.sh fills .whl/)
 #     tp        two GPUs (nvidia-h200-x2): `floorline allreduce`, native and HF's tensor parallelism
 #     timeline  scripts/timeline.py (when each stamped kernel's programs start, wait and end in the native step) for
-#               TIMELINE_CELLS, space-separated model:ctx[:native options] (default llama-3.2-1b:128 qwen3-8b:2048)
+#               TIMELINE_CELLS, space-separated model:ctx[:native options] (default llama-3.2-1b:128
+#               qwen2.5-0.5b:128:attn_kernel=cuda qwen3-8b:2048)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -86,7 +87,7 @@ for stage in "${stages[@]}"; do
         fl run --model "$m" --ctx 2048 --mode eager,graph --tp 2 --output "$OUT/tp.jsonl" >> "$OUT/tp.log" 2>&1
       done ;;
     timeline)
-      for cell in ${TIMELINE_CELLS:-llama-3.2-1b:128 qwen3-8b:2048}; do
+      for cell in ${TIMELINE_CELLS:-llama-3.2-1b:128 qwen2.5-0.5b:128:attn_kernel=cuda qwen3-8b:2048}; do
         IFS=: read -r m c opts <<< "$cell"
         python3 scripts/timeline.py "$m" --ctx "$c" --native "${opts:-}" --out "$OUT/timeline" \
           2>> "$OUT/timeline.log" | tee -a "$OUT/timeline.txt"

@@ -71,9 +71,8 @@ def run(model: str, ctx: int, native: str, replays: int, out: Path) -> dict:
            "layers": layers, "position": position, "step_ms_samples": plain, "step_ms": statistics.median(plain),
            "stamped_step_ms_samples": stamped, "stamped_step_ms": statistics.median(stamped),
            "summary_us": summary, "chosen": chosen,
-           # the middle replay's stamps, ns from the step's first start
-           "steps_ns": [[{**x, **{k: [v - T.origin(mid) for v in x[k]] for k in ("start", "wait", "end")}}
-                         for x in mid]]}
+           # the middle replay's stamps, ns from the step's first start (a wait of 0, not waited, stays 0)
+           "steps_ns": [[T.shifted(x, T.origin(mid)) for x in mid]]}
     out.mkdir(parents=True, exist_ok=True)
     opts = "_" + native.replace("=", "-").replace(",", "_") if native else ""  # cells that differ by options only
     (out / f"timeline_{model}_ctx{ctx}{opts}.json").write_text(json.dumps(rec))
@@ -86,8 +85,8 @@ def report(rec: dict, s: list[dict]) -> None:
     print(f"\n{rec['model']} ctx {rec['ctx']} (stamps from position {rec['position']}): step {rec['step_ms']:.4f} ms, "
           f"with the stamps {rec['stamped_step_ms']:.4f} ms; {rec['measured_gbps']:.0f} GB/s")
     print("per kind, medians over launches and replays (us): lead = wait - start (a program's), work = end - wait"
-          " (work_max: a launch's longest), span = last end - first wait, tail = last end - median end, gap_after_X"
-          " = first wait - X's last end")
+          " (work_max: a launch's longest), <mark>_med = mark - wait, span = last end - first wait, tail = last end -"
+          " median end, gap_after_X = first wait - X's last end; waits, work and marks over the programs that waited")
     for kind, d in rec["summary_us"].items():
         print(f"  {kind:8s} " + "  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                           for k, v in d.items()))

@@ -565,17 +565,21 @@ def _same_cache(got, want, p):
     assert ((a - b).abs() <= b.abs() * 2 ** -7).all(), (p, (a - b).abs().max().item())
 
 
-@pytest.mark.parametrize("qkn, d", [(False, 128), (True, 128), (False, 64), (True, 64)])
-def test_cuda_attention_loads_its_first_tiles_before_the_wait(qkn, d):
-    """In the SASS of attn_chunk (with Qwen3's q/k norm and without; head_dim 128 and 64), every load of a warp's
-    first two KV tiles (16 of K and V each, 128-bit, not allocated in L1; 8 each at head_dim 64) comes before
-    griddepcontrol.wait (ACQBULK), as int4_gemv's first weights do."""
+@pytest.mark.parametrize("qkn, d, tl", [(False, 128, False), (True, 128, False), (False, 64, False), (True, 64, False),
+                                       (False, 128, True), (True, 64, True)])
+def test_cuda_attention_loads_its_first_tiles_before_the_wait(qkn, d, tl):
+    """In the SASS of attn_chunk (with Qwen3's q/k norm and without; head_dim 128 and 64; built with the timeline's
+    stamps and without), every load of a warp's first two KV tiles (16 of K and V each, 128-bit, not allocated in L1;
+    8 each at head_dim 64) comes before griddepcontrol.wait (ACQBULK), as int4_gemv's first weights do; the global
+    timer is read only with the stamps: once before the wait, then after it, after the prologue's and the tiles'
+    barriers and at each of the two exits."""
     from floorline.native import attn_cuda
 
-    sass = _sass_of(lambda arch: attn_cuda.compile_source(attn_cuda._defines(28, 4, 4, 256, 65, 16, 1, qkn, d),
+    sass = _sass_of(lambda arch: attn_cuda.compile_source(attn_cuda._defines(28, 4, 4, 256, 65, 16, 1, qkn, d, tl),
                                                           arch))
     before = sass.split("ACQBULK", 1)[0]
     assert "ACQBULK" in sass and before.count("LDG.E.NA") >= d // 4, before[-2000:]
+    assert (sass.count("SR_GLOBALTIMER"), before.count("SR_GLOBALTIMER")) == ((6, 1) if tl else (0, 0))
 
 
 def _sass_of(compile_for) -> str:
@@ -828,19 +832,27 @@ def test_a_persistent_wait_that_cannot_be_met_times_out_in_one_line():
     assert 0.9 < took < 30 and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("o_merge", [False, True])
-def test_the_step_timeline_stamps_every_program_without_changing_the_tokens(o_merge):
-    """native/timeline.py on llama-3.2-1b at 120 positions, with the merge kernel then o, and with the merge inside o:
-    6 steps with the stamps give the same tokens and logits as 6 without (from the same prompt); each step stamps
-    every program of its chunk, merge (or o_merge) and MLP launches, 3 a layer, each program's start <= its wait's
-    return <= its end; and no kernel's wait returns before the stamped kernel before it has ended everywhere (PDL:
-    the wait is on the whole previous grid), so the stamps read one clock across the SMs."""
+@pytest.mark.parametrize("o_merge, cuda", [(False, False), (True, False), (False, True)])
+def test_the_step_timeline_stamps_every_program_without_changing_the_tokens(o_merge, cuda):
+    """native/timeline.py on llama-3.2-1b at 120 positions, with the merge kernel then o, with the merge inside o, and
+    over the CUDA chunks (64 positions, 4 warps: chunk 2 lies past the position): 6 steps with the stamps give the same
+    tokens and logits as 6 without (from the same prompt); each step stamps every program of its chunk, merge (or
+    o_merge) and MLP launches, 3 a layer, each program's start <= its wait's return <= its end (the CUDA chunks: the
+    marks between wait and end in order; a chunk past the position stamps wait 0, it does not wait); and no kernel's
+    wait returns before the stamped kernel before it has ended everywhere (PDL: the wait is on the whole previous
+    grid), so the stamps read one clock across the SMs."""
+    from floorline.native import attn_cuda
     from floorline.native import o_merge as OM
     from floorline.native import timeline as T
 
     a = zoo.ZOO["llama-3.2-1b"]
+    if cuda and (why := attn_cuda.unavailable(torch.device("cuda"), a.heads, a.kv_heads, a.head_dim,
+                                              torch.bfloat16)):
+        pytest.skip(why)
     net, prompt = _bf16_net("llama-3.2-1b", 120)
     net.o_merge = OM.CANDIDATES[0] if o_merge else None
+    if cuda:
+        net.attn.use(("cuda", 64, 4))
     line = T.Timeline(torch.device("cuda"))
     with torch.inference_mode():
         want, wl = _six_steps(net, prompt)
@@ -864,9 +876,19 @@ def test_the_step_timeline_stamps_every_program_without_changing_the_tokens(o_me
     for launches in steps:
         assert [x["kind"] for x in launches] == kinds
         for x in launches:
-            assert all(0 < s <= w <= e for s, w, e in zip(x["start"], x["wait"], x["end"])), x["kind"]
+            live = [i for i, w in enumerate(x["wait"]) if w]
+            assert all(0 < s <= w <= e for s, w, e in zip(x["start"], x["wait"], x["end"]) if w), x["kind"]
+            if cuda and x["kind"] == "chunks":  # (chunk, kv head) programs, chunk first: chunks 2.. past 125
+                n = net.attn.nchunk
+                assert x["marks"] == list(attn_cuda.MARKS) and n > 2
+                assert live == [c + n * h for h in range(a.kv_heads) for c in (0, 1)], live
+                assert all(x["wait"][i] <= x["qkv"][i] <= x["tiles"][i] <= x["end"][i] for i in live)
+                assert all(0 < x["start"][i] <= x["end"][i] for i in range(len(x["start"])))
+            else:
+                assert len(live) == len(x["wait"]), x["kind"]
         for before, after in zip(launches, launches[1:]):
-            assert min(after["wait"]) >= max(before["end"]), (before["kind"], after["kind"])
+            assert min(w for w in after["wait"] if w) >= max(before["end"]), (before["kind"], after["kind"])
     s = T.summarize(steps)
-    print(f"llama-3.2-1b ctx 120 timeline ({'o_merge' if o_merge else 'merge kernel'}), us: "
+    print(f"llama-3.2-1b ctx 120 timeline ({'o_merge' if o_merge else 'merge kernel'}"
+          f"{', cuda chunks' if cuda else ''}), us: "
           + "; ".join(f"{k}: " + ", ".join(f"{n} {v:.2f}" for n, v in d.items()) for k, d in s.items()))

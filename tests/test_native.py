@@ -632,6 +632,40 @@ def test_the_cuda_attention_chunks_build_for_the_caches_head_dim(monkeypatch):
     assert launched == [((5, 2, 1), 256)] * 2
 
 
+def test_the_cuda_attention_chunks_take_a_timeline_slot_only_where_the_diagnostic_is_on(monkeypatch):
+    """tri_attention over the CUDA chunks (kernel and launch stubbed): with no timeline active the kernel is built
+    without TL and takes its 14 arguments; with one active it is built with TL and handed a slot of ACTIVE as a 15th,
+    6 words a (chunk, KV head) program (the four stamps and attn_cuda.MARKS), recorded with its marks; a slot of the
+    wrong size is refused before any launch."""
+    import types
+
+    from floorline.native import attn_cuda, nvrtc
+    from floorline.native import timeline as T
+
+    built, launched = [], []
+    monkeypatch.setattr(attn_cuda, "_kernel", lambda index, defines: built.append(dict(defines)) or
+                        types.SimpleNamespace(func=None))
+    monkeypatch.setattr(nvrtc, "launch", lambda func, grid, block, shared, stream, vals, pdl=False:
+                        launched.append((grid, vals)))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0))
+    scratch = A.AttnScratch(14, 2, 64, 300, "cpu")
+    scratch.use(("cuda", 64, 4))
+    kc = torch.zeros(2, 300, 64, dtype=torch.bfloat16)
+    t = torch.zeros(1)
+    args = (torch.zeros(18 * 64), t, t, torch.zeros(1, dtype=torch.int32), kc, kc, 14, 0.1, scratch)
+    A.tri_attention(*args, merge=False)
+    line = T.Timeline("cpu", programs=64)
+    monkeypatch.setattr(T, "ACTIVE", line)
+    A.tri_attention(*args, merge=False)
+    assert "TL" not in built[0] and built[1]["TL"] == 1 and len(launched[0][1]) == 14
+    (grid, vals), n = launched[1], 5 * 2
+    assert grid == (5, 2, 1) and len(vals) == 15 and vals[-1].value == line.buf.data_ptr()
+    assert line.launches == [("chunks", 0, n, ("qkv", "tiles"))] and line.used == n * 6
+    with pytest.raises(ValueError, match="timeline slot of 40 words for 10 programs of 6"):
+        attn_cuda.chunks(*args[:8], scratch.m, scratch.l, scratch.o, 4, 64, tl=torch.zeros(40, dtype=torch.int64))
+    assert len(launched) == 2
+
+
 def test_the_merge_splits_each_head_over_programs_of_at_least_16_dims():
     """merge_launch: MERGE, a split that would leave a program fewer than 16 dims halved. The scratch names a merge
     other than one 4-warp program a head."""

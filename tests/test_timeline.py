@@ -19,10 +19,12 @@ def test_slots_follow_the_launches_and_rewind_hands_them_out_again():
     b = line.slot("merge", 6)
     assert a.numel() == 4 * T.WORDS and b.numel() == 6 * T.WORDS
     assert b.data_ptr() == a.data_ptr() + 4 * T.WORDS * 8  # consecutive, in launch order
-    with pytest.raises(ValueError, match="11 programs a step, room for 10"):
+    with pytest.raises(ValueError, match="44 words a step, room for 40"):
         line.slot("mlp", 1)
     line.rewind()
-    assert line.slot("chunks", 4).data_ptr() == a.data_ptr() and line.launches == [("chunks", 0, 4)]
+    assert line.slot("chunks", 4).data_ptr() == a.data_ptr() and line.launches == [("chunks", 0, 4, ())]
+    c = line.slot("cuda", 2, ("qkv", "tiles"))  # a mark is one more word a program
+    assert c.numel() == 2 * (T.WORDS + 2) and line.slot("merge", 1).data_ptr() == c.data_ptr() + c.numel() * 8
 
 
 def test_launch_kwargs_are_empty_unless_a_timeline_is_active(monkeypatch):
@@ -30,7 +32,10 @@ def test_launch_kwargs_are_empty_unless_a_timeline_is_active(monkeypatch):
     line = T.Timeline("cpu", programs=8)
     monkeypatch.setattr(T, "ACTIVE", line)
     kw = T.launch_kwargs("mlp", 3)
-    assert set(kw) == {"TL"} and kw["TL"].numel() == 3 * T.WORDS and line.launches == [("mlp", 0, 3)]
+    assert set(kw) == {"TL"} and kw["TL"].numel() == 3 * T.WORDS and line.launches == [("mlp", 0, 3, ())]
+    assert T.slot("chunks", 2, ("qkv",)).numel() == 2 * (T.WORDS + 1)
+    monkeypatch.setattr(T, "ACTIVE", None)
+    assert T.slot("chunks", 2, ("qkv",)) is None
 
 
 def _fill(line: T.Timeline, kind: str, rows: list[tuple[int, int, int, int]]) -> None:
@@ -56,6 +61,33 @@ def test_read_and_summarize_give_each_launch_its_programs_and_the_gaps_between_t
     more = [[{**x, "end": [e + 1000 * k for e in x["end"]]} for x in steps[0]] for k in (1, 5)]
     s3 = T.summarize(steps + more)
     assert s3["chunks"]["work_max"] == 4.0 and s3["chunks"]["work_med"] == 4.0  # replays' 3, 4, 8 and 3, 4, 8
+
+
+def test_marks_and_programs_that_left_without_waiting():
+    """A launch with marks reads them as lists beside the stamps and summarizes each as its median time after the
+    wait; a program stamped with wait 0 (the CUDA chunks past the position: they leave without waiting) counts in the
+    starts and ends but not in the waits, the work, the lead or the marks, nor in the next launch's gap."""
+    line = T.Timeline("cpu", programs=16)
+    # (start, wait, end, sm, qkv, tiles): two live chunk programs, one past the position
+    line.slot("chunks", 3, ("qkv", "tiles")).copy_(torch.tensor(
+        [(1000, 3000, 6000, 0, 3500, 5000), (2000, 4000, 8000, 1, 4700, 7000), (1500, 0, 1600, 2, 0, 0)],
+        dtype=torch.int64).flatten())
+    _fill(line, "merge", [(7000, 9000, 9500, 3)])
+    steps = [line.read()]
+    x = steps[0][0]
+    assert x["marks"] == ["qkv", "tiles"] and x["qkv"] == [3500, 4700, 0] and x["tiles"] == [5000, 7000, 0]
+    assert steps[0][1]["marks"] == [] and "qkv" not in steps[0][1]
+    st = T.launch_stats(x, 1000)
+    assert st["programs"] == 3 and st["waited"] == 2 and st["sms"] == 3
+    assert (st["start_first"], st["end_first"], st["wait_first"], st["wait_last"]) == (0.0, 0.6, 2.0, 3.0)
+    assert st["work_med"] == 3.5 and st["work_max"] == 4.0 and st["lead_med"] == 2.0  # (3, 4); (2, 2)
+    assert st["qkv_med"] == 0.6 and st["tiles_med"] == 2.5  # (0.5, 0.7); (2, 3)
+    rel = T.shifted(x, 1000)  # what scripts/timeline.py keeps: ns from the step's first start, 0 where not waited
+    assert rel["start"] == [0, 1000, 500] and rel["wait"] == [2000, 3000, 0] and rel["qkv"] == [2500, 3700, 0]
+    assert rel["end"] == [5000, 7000, 600] and rel["sm"] == x["sm"] and x["start"][0] == 1000  # (a copy)
+    s = T.summarize(steps)
+    assert s["chunks"]["qkv_med"] == 0.6 and s["chunks"]["waited"] == 2 and s["chunks"]["span"] == 5.0
+    assert s["merge"]["gap_after_chunks"] == 1.0 and "qkv_med" not in s["merge"]  # 9 - 8
 
 
 def test_stamped_kernels_compile_their_timeline_only_when_given_one():

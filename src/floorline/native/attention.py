@@ -384,7 +384,8 @@ def tri_attention(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch: A
         from floorline.native import attn_cuda
 
         attn_cuda.chunks(qkv, cos, sin, pos, k_cache, v_cache, heads, scale, scratch.m, scratch.l, scratch.o,
-                         scratch.warps, scratch.chunk, pdl_c, qk_norm)
+                         scratch.warps, scratch.chunk, pdl_c, qk_norm,
+                         T.slot("chunks", kv_heads * scratch.nchunk, attn_cuda.MARKS))
     else:
         _attn_chunk[(kv_heads, scratch.nchunk)](qkv, cos, sin, pos, k_cache, v_cache, scratch.m, scratch.l,
                                                 scratch.o, scale, k_cache.stride(0), scratch.m.shape[1], H=heads,

@@ -82,8 +82,9 @@ def config(length: int, kv_heads: int, sms: int, chunk: int = 0) -> tuple[int, i
 
 
 def _defines(heads: int, kv_heads: int, warps: int, chunk: int, nchunk: int, gp: int, pdl: int,
-             qkn: bool = False, d: int = 128) -> tuple:
-    extra = ({"QKN": 1} if qkn else {}) | ({"D": d} if d != 128 else {})  # (absent: the source's defaults, 0, 128)
+             qkn: bool = False, d: int = 128, tl: bool = False) -> tuple:
+    # (absent: the source's defaults, QKN 0, D 128, TL 0)
+    extra = ({"QKN": 1} if qkn else {}) | ({"D": d} if d != 128 else {}) | ({"TL": 1} if tl else {})
     return tuple(dict(G=heads // kv_heads, H=heads, KVH=kv_heads, W=warps, CHUNK=chunk, NCH=nchunk, GP=gp,
                       PDL=pdl, **extra).items())
 
@@ -103,21 +104,31 @@ def _kernel(device_index: int, defines: tuple):
         return torch.cuda._utils._cuda_load_module(cubin, ["attn_chunk"])["attn_chunk"]
 
 
+# the marks a timeline slot of the chunks holds after (start, wait, end, sm): the q/k/v prologue done, the tiles done
+MARKS = ("qkv", "tiles")
+
+
 def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l, o, warps: int, chunk: int,
-           pdl: int = 0, qk_norm: tuple | None = None) -> None:
+           pdl: int = 0, qk_norm: tuple | None = None, tl: torch.Tensor | None = None) -> None:
     """The Triton _attn_chunk's contract: RoPE of q and k at `pos` (each head RMS-normalised first by qk_norm's (q
     weights, k weights, eps): Qwen3), k and v written to the caches (kv_heads, L, head_dim) bf16 at `pos`, each
     live (chunk, kv head)'s partial softmax sums into m, l (kv_heads, stride, gp) and o (..., head_dim), fp32; stride
-    at least the cache's chunks (more where AttnScratch sized them for a shorter chunk of the step tuner's)."""
+    at least the cache's chunks (more where AttnScratch sized them for a shorter chunk of the step tuner's). tl: a
+    timeline slot (timeline.slot with MARKS) for the (chunk, kv head) programs, or None: the kernel without stamps."""
     kv_heads, stride, gp = m.shape  # (stride: chunks a KV head's partials hold, sized for the shortest candidate)
     nchunk = -(-k_cache.shape[1] // chunk)  # the chunk programs a KV head launches
     if nchunk > stride:
         raise ValueError(f"attn_cuda.chunks: {nchunk} chunks of {chunk} positions, partials for {stride}")
     kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, stride, gp, pdl, qk_norm is not None,
-                                              k_cache.shape[2]))
+                                              k_cache.shape[2], tl is not None))
     qn, kn, eps = qk_norm if qk_norm is not None else (qkv, qkv, 0.0)  # (not read without QKN)
     vals = [ctypes.c_void_p(t.data_ptr()) for t in (qkv, cos, sin, pos, k_cache, v_cache, m, l, o)]
     vals += [ctypes.c_float(scale), ctypes.c_longlong(k_cache.stride(0)), ctypes.c_void_p(qn.data_ptr()),
              ctypes.c_void_p(kn.data_ptr()), ctypes.c_float(eps)]
+    if tl is not None:
+        if tl.numel() != nchunk * kv_heads * (4 + len(MARKS)):
+            raise ValueError(f"attn_cuda.chunks: a timeline slot of {tl.numel()} words for {nchunk * kv_heads} "
+                             f"programs of {4 + len(MARKS)}")
+        vals.append(ctypes.c_void_p(tl.data_ptr()))
     nvrtc.launch(kern.func, (nchunk, kv_heads, 1), warps * 32, 0, torch.cuda.current_stream(qkv.device).cuda_stream,
                  vals, pdl=bool(pdl))

@@ -10,11 +10,17 @@ has ended and its writes are visible: that kernel's end as the next one sees it)
   - end - wait: the program's work after the wait (its latency chain).
 
 The kernels that take a timeline (the attention's chunks and merge, the o GEMV with the merge inside and the fused
-MLP; a constexpr pointer TL, None by default: with None they compile to the same code as without it) get a slot per
-launch from ACTIVE (Timeline.slot), which a CUDA graph keeps: every replay rewrites the same slots. The GEMVs of
-Triton's autotuner (q/k/v, o, lm_head) and the CUDA kernels take none: their ends are the next kernel's waits.
-A stamp costs a program three timer reads (one before its first loads) and four stores after its work: the
-diagnostic moves the step by that.
+MLP; a constexpr pointer TL, None by default: with None they compile to the same code as without it; the CUDA
+attention chunks by a define TL, absent by default: the same machine code) get a slot per launch from ACTIVE
+(Timeline.slot), which a CUDA graph keeps: every replay rewrites the same slots. The GEMVs of Triton's autotuner
+(q/k/v, o, lm_head) and the int4 CUDA GEMV take none: their ends are the next kernel's waits. A stamp costs a
+program three timer reads (one before its first loads) and four stores after its work: the diagnostic moves the
+step by that.
+
+A launch may also name marks: points inside a program's work after the wait, one word each after the four (the CUDA
+chunks: "qkv", its q/k/v prologue done; "tiles", its warps' tiles done). A program that leaves without waiting (the
+CUDA chunks past the position) stamps its wait 0: the figures of waits, work and marks are over the programs that
+waited.
 
 scripts/timeline.py runs it on a model (`scripts/gpu_check.sh timeline`); summarize() reduces the stamps to a table.
 """
@@ -36,33 +42,38 @@ WORDS = len(FIELDS)  # int64 each
 
 
 class Timeline:
-    """Slots of WORDS int64 a program for the launches of one step, in launch order. rewind() before each step that
-    is run or captured: the slots are handed out again from the first, so a graph's replays rewrite them."""
+    """Slots of WORDS int64 a program (and one more a mark) for the launches of one step, in launch order. rewind()
+    before each step that is run or captured: the slots are handed out again from the first, so a graph's replays
+    rewrite them."""
 
     def __init__(self, device, programs: int = 1 << 20):
         self.buf = torch.zeros(programs * WORDS, dtype=torch.int64, device=device)
-        self.capacity = programs
-        self.launches: list[tuple[str, int, int]] = []  # (kind, first program's slot, programs)
-        self.used = 0
+        self.capacity = programs * WORDS  # words
+        self.launches: list[tuple[str, int, int, tuple[str, ...]]] = []  # (kind, first word, programs, marks)
+        self.used = 0  # words
 
     def rewind(self) -> None:
         self.launches, self.used = [], 0
 
-    def slot(self, kind: str, programs: int) -> torch.Tensor:
-        if self.used + programs > self.capacity:
-            raise ValueError(f"timeline: {self.used + programs} programs a step, room for {self.capacity}")
-        view = self.buf[self.used * WORDS:(self.used + programs) * WORDS]
-        self.launches.append((kind, self.used, programs))
-        self.used += programs
+    def slot(self, kind: str, programs: int, marks: tuple[str, ...] = ()) -> torch.Tensor:
+        words = programs * (WORDS + len(marks))
+        if self.used + words > self.capacity:
+            raise ValueError(f"timeline: {self.used + words} words a step, room for {self.capacity}")
+        view = self.buf[self.used:self.used + words]
+        self.launches.append((kind, self.used, programs, tuple(marks)))
+        self.used += words
         return view
 
     def read(self) -> list[dict]:
-        """The step's stamps, launch by launch: {kind, start, wait, end, sm} (lists over its programs; ns)."""
-        rows = self.buf[:self.used * WORDS].view(-1, WORDS).tolist()
+        """The step's stamps, launch by launch: {kind, start, wait, end, sm, marks, and a list for each mark} (lists
+        over its programs; ns; wait 0: the program did not wait)."""
+        flat = self.buf[:self.used].tolist()
         out = []
-        for kind, first, n in self.launches:
-            mine = rows[first:first + n]
-            out.append({"kind": kind, **{k: [r[i] for r in mine] for i, k in enumerate(FIELDS)}})
+        for kind, first, n, marks in self.launches:
+            fields = FIELDS + marks
+            rows = [flat[first + i * len(fields):first + (i + 1) * len(fields)] for i in range(n)]
+            out.append({"kind": kind, "marks": list(marks),
+                        **{k: [r[i] for r in rows] for i, k in enumerate(fields)}})
         return out
 
 
@@ -73,6 +84,11 @@ def launch_kwargs(kind: str, programs: int) -> dict:
     """A launch's timeline argument: TL, a slot of ACTIVE for `programs` programs, where the diagnostic is on;
     nothing otherwise (the kernel compiles without it)."""
     return {} if ACTIVE is None else {"TL": ACTIVE.slot(kind, programs)}
+
+
+def slot(kind: str, programs: int, marks: tuple[str, ...] = ()) -> torch.Tensor | None:
+    """A CUDA kernel's timeline slot where the diagnostic is on, else None (the kernel is built without one)."""
+    return None if ACTIVE is None else ACTIVE.slot(kind, programs, marks)
 
 
 if triton is not None:
@@ -100,27 +116,43 @@ def origin(launches: list[dict]) -> int:
     return min(min(x["start"]) for x in launches)
 
 
+def shifted(launch: dict, t0: int) -> dict:
+    """A launch of read() with its times (start, wait, end and marks) in ns from t0; a wait of 0 (and the marks of
+    a program that did not wait) stay 0."""
+    live = [bool(w) for w in launch["wait"]]
+    out = {**launch, "start": [v - t0 for v in launch["start"]], "end": [v - t0 for v in launch["end"]]}
+    for k in ("wait", *launch.get("marks", ())):
+        out[k] = [v - t0 if ok else 0 for v, ok in zip(launch[k], live)]
+    return out
+
+
 def launch_stats(launch: dict, t0: int) -> dict:
     """One launch's programs in us from t0: first / median / last start, wait and end, the median of each program's
-    end - wait (its work after the wait) and wait - start (how early it was resident), and the longest work. (The
-    median can hide the programs that matter: the attention's chunks past the position only wait and leave, so at a
-    short position most chunk programs work ~0.1 us while the live ones take 1.2-2.3 us.)"""
-    us = {k: [(v - t0) / 1e3 for v in launch[k]] for k in ("start", "wait", "end")}
-    out = {"kind": launch["kind"], "programs": len(launch["start"])}
+    end - wait (its work after the wait) and wait - start (how early it was resident), the longest work, and for each
+    mark the median of mark - wait (`<mark>_med`); waits, work and marks over the programs that waited (`waited`).
+    (The median can hide the programs that matter: the attention's chunks past the position only wait and leave, so
+    at a short position most chunk programs work ~0.1 us while the live ones take 1.2-2.3 us.)"""
+    live = [i for i, w in enumerate(launch["wait"]) if w]  # (wait 0: left without waiting)
+    every = range(len(launch["start"]))
+    us = {k: [(launch[k][i] - t0) / 1e3 for i in idx] for k, idx in (("start", every), ("wait", live), ("end", every))}
+    out = {"kind": launch["kind"], "programs": len(launch["start"]), "waited": len(live)}
     for k, xs in us.items():
         out[f"{k}_first"], out[f"{k}_med"], out[f"{k}_last"] = min(xs), statistics.median(xs), max(xs)
-    work = [e - w for e, w in zip(us["end"], us["wait"])]
+    work = [(launch["end"][i] - launch["wait"][i]) / 1e3 for i in live]
     out["work_med"], out["work_max"] = statistics.median(work), max(work)
-    out["lead_med"] = statistics.median(w - s for w, s in zip(us["wait"], us["start"]))
+    out["lead_med"] = statistics.median((launch["wait"][i] - launch["start"][i]) / 1e3 for i in live)
+    for mark in launch.get("marks", ()):
+        out[f"{mark}_med"] = statistics.median((launch[mark][i] - launch["wait"][i]) / 1e3 for i in live)
     out["sms"] = len(set(launch["sm"]))
     return out
 
 
 def summarize(steps: list[list[dict]]) -> dict:
     """Stamps of several replays of one step (read() each) -> per kind, medians over every launch of that kind and
-    every replay: its programs' lead (wait - start), work (end - wait) and longest work, its span from the first wait
-    to the last end, the spread of its ends (last - median), and gap_after_<kind>: its first wait after the previous
-    stamped launch's last end (the boundary as the programs see it, with the unstamped kernels between them)."""
+    every replay: its programs' lead (wait - start), work (end - wait) and longest work, each mark's time after the
+    wait, its span from the first wait to the last end, the spread of its ends (last - median), and gap_after_<kind>:
+    its first wait after the previous stamped launch's last end (the boundary as the programs see it, with the
+    unstamped kernels between them)."""
     by_kind: dict[str, dict[str, list[float]]] = {}
     for launches in steps:
         t0 = origin(launches)
@@ -128,13 +160,14 @@ def summarize(steps: list[list[dict]]) -> dict:
         for x in launches:
             s = launch_stats(x, t0)
             d = by_kind.setdefault(x["kind"], {})
-            for k in ("lead_med", "work_med", "work_max"):
+            for k in ("lead_med", "work_med", "work_max", *(f"{m}_med" for m in x.get("marks", ()))):
                 d.setdefault(k, []).append(s[k])
             d.setdefault("span", []).append(s["end_last"] - s["wait_first"])
             d.setdefault("tail", []).append(s["end_last"] - s["end_med"])
             if prev is not None:
                 d.setdefault(f"gap_after_{prev['kind']}", []).append(s["wait_first"] - prev["end_last"])
             d.setdefault("programs", []).append(s["programs"])
+            d.setdefault("waited", []).append(s["waited"])
             d.setdefault("sms", []).append(s["sms"])
             prev = s
     return {kind: {k: statistics.median(v) for k, v in d.items()} for kind, d in by_kind.items()}

@@ -11,6 +11,29 @@
 #if D != 128 && D != 64
 #error "attn_chunk: head_dim 128 or 64"
 #endif
+// TL: a timeline slot (native/timeline.py) as a last argument, 6 int64 a CTA (start, wait returned, end, SM, then the
+// marks "qkv": the q/k/v prologue done, and "tiles": every warp's tiles done); absent: 0, no argument, the same code
+#ifndef TL
+#define TL 0
+#endif
+#if TL
+#define TL_ARG , long long* __restrict__ tl
+__device__ __forceinline__ long long gtimer() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void stamp(long long* tl, int i, long long t) {  // word i of this CTA's slot, thread 0
+  if (threadIdx.x == 0) tl[(blockIdx.x + blockIdx.y * gridDim.x) * 6 + i] = t;
+}
+__device__ __forceinline__ void stamp_ends(long long* tl, long long t_start, long long t_wait) {  // and the end, SM
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  stamp(tl, 0, t_start); stamp(tl, 1, t_wait); stamp(tl, 2, gtimer()); stamp(tl, 3, sm);
+}
+#else
+#define TL_ARG
+#endif
 #define KW (D / 32)
 #define VW (D / 64)
 #define MB (D / 16)
@@ -117,7 +140,10 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
     const float* __restrict__ qkv, const float* __restrict__ cosT, const float* __restrict__ sinT,
     const int* __restrict__ posp, u16* __restrict__ kc, u16* __restrict__ vc, float* __restrict__ mo,
     float* __restrict__ lo, float* __restrict__ oo, float scale, long long skh, const float* __restrict__ qnw,
-    const float* __restrict__ knw, float eps) {
+    const float* __restrict__ knw, float eps TL_ARG) {
+#if TL
+  const long long t_start = gtimer();
+#endif
   __shared__ __align__(16) u16 qs[8 * D];  // q x scale, rotated, bf16 [head][dim] (heads past G zero)
   __shared__ float kn[D], vn[D], snew[8];
   __shared__ float wm[W][8], wl[W][8];
@@ -126,7 +152,12 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   const int c = blockIdx.x, kvh = blockIdx.y;
   const int pos = *posp;
   const int start = c * CHUNK;
-  if (start > pos) return;  // a chunk past the position: the merge reads only chunks 0..pos/CHUNK
+  if (start > pos) {  // a chunk past the position: the merge reads only chunks 0..pos/CHUNK
+#if TL
+    stamp_ends(tl, t_start, 0);  // wait 0: it left without one
+#endif
+    return;
+  }
   const bool own = pos < start + CHUNK;  // this chunk holds pos: this token's k and v are its to write and enter
   const int T = (pos + 15) >> 4;  // tiles of cached positions 0..pos-1
   const int tend = min(T, c * CT + CT);
@@ -139,6 +170,9 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   const float* cs = cosT + (long long)pos * D;  // the rotation's tables are constant
   const float* sn = sinT + (long long)pos * D;
   pdl_wait_after(A.k[0][0].x ^ B.k[0][0].x ^ A.v[0][0].x ^ B.v[0][0].x, pos + 33);
+#if TL
+  const long long t_wait = gtimer();
+#endif
   // q (rotated, x scale, bf16) of the G query heads into shared memory, four dims a thread; the owner also the
   // rotated k and the v of this token (rounded as the cache holds them), written to the cache
   // (a warp's 32 lanes hold one row's 128 dims in every pass, half a warp's one row's 64: the q/k norm's sum is a
@@ -180,6 +214,9 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   }
   for (int e = G * D / 4 + tid; e < 8 * D / 4; e += NT) *reinterpret_cast<uint2*>(qs + 4 * e) = make_uint2(0u, 0u);
   __syncthreads();
+#if TL
+  stamp(tl, 4, gtimer());
+#endif
   if (own) {
     for (int g = warp; g < G; g += W) {  // this token's score for query head g
       float s = 0.f;
@@ -224,6 +261,9 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
     wo[warp][2 * t4 + 1][d + 1] = o[mb][3];
   }
   __syncthreads();
+#if TL
+  stamp(tl, 5, gtimer());
+#endif
   const long long part = ((long long)kvh * NCH + c) * GP;
   for (int e = tid; e < G * D; e += NT) {  // the chunk's partial: its warps' (and the owner's this token)
     const int g = e / D, d = e % D;
@@ -248,4 +288,8 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
       lo[part + g] = L;
     }
   }
+#if TL
+  __syncthreads();  // every thread's stores of the partial issued
+  stamp_ends(tl, t_start, t_wait);
+#endif
 }
