@@ -4,6 +4,8 @@ the tiny models, with the reference ops and with the kernels; floorline's int4 f
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import compiled_for_sm90, load_script, native_vs_hf, run_cli
@@ -635,8 +637,8 @@ def test_the_cuda_attention_chunks_build_for_the_caches_head_dim(monkeypatch):
 def test_the_cuda_attention_chunks_take_a_timeline_slot_only_where_the_diagnostic_is_on(monkeypatch):
     """tri_attention over the CUDA chunks (kernel and launch stubbed): with no timeline active the kernel is built
     without TL and takes its 14 arguments; with one active it is built with TL and handed a slot of ACTIVE as a 15th,
-    6 words a (chunk, KV head) program (the four stamps and attn_cuda.MARKS), recorded with its marks; a slot of the
-    wrong size is refused before any launch."""
+    6 words a (chunk, KV head) program (the four stamps and attn_cuda.MARKS, the kernel's TLW), recorded with its
+    marks; a slot of the wrong size is refused before any build or launch."""
     import types
 
     from floorline.native import attn_cuda, nvrtc
@@ -663,7 +665,9 @@ def test_the_cuda_attention_chunks_take_a_timeline_slot_only_where_the_diagnosti
     assert line.launches == [("chunks", 0, n, ("qkv", "tiles"))] and line.used == n * 6
     with pytest.raises(ValueError, match="timeline slot of 40 words for 10 programs of 6"):
         attn_cuda.chunks(*args[:8], scratch.m, scratch.l, scratch.o, 4, 64, tl=torch.zeros(40, dtype=torch.int64))
-    assert len(launched) == 2
+    assert len(launched) == 2 and len(built) == 2  # refused before a build
+    # the kernel's slot width (TLW) is the four stamps and the marks
+    assert re.search(r"#define TLW (\d+)", nvrtc.source("attn_chunk.cu")).group(1) == str(4 + len(attn_cuda.MARKS))
 
 
 def test_the_merge_splits_each_head_over_programs_of_at_least_16_dims():

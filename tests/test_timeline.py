@@ -79,7 +79,7 @@ def test_marks_and_programs_that_left_without_waiting():
     assert steps[0][1]["marks"] == [] and "qkv" not in steps[0][1]
     st = T.launch_stats(x, 1000)
     assert st["programs"] == 3 and st["waited"] == 2 and st["sms"] == 3
-    assert (st["start_first"], st["end_first"], st["wait_first"], st["wait_last"]) == (0.0, 0.6, 2.0, 3.0)
+    assert (st["start_first"], st["end_first"], st["wait_first"], st["wait_last"]) == (0.0, 5.0, 2.0, 3.0)
     assert st["work_med"] == 3.5 and st["work_max"] == 4.0 and st["lead_med"] == 2.0  # (3, 4); (2, 2)
     assert st["qkv_med"] == 0.6 and st["tiles_med"] == 2.5  # (0.5, 0.7); (2, 3)
     rel = T.shifted(x, 1000)  # what scripts/timeline.py keeps: ns from the step's first start, 0 where not waited
@@ -87,7 +87,15 @@ def test_marks_and_programs_that_left_without_waiting():
     assert rel["end"] == [5000, 7000, 600] and rel["sm"] == x["sm"] and x["start"][0] == 1000  # (a copy)
     s = T.summarize(steps)
     assert s["chunks"]["qkv_med"] == 0.6 and s["chunks"]["waited"] == 2 and s["chunks"]["span"] == 5.0
+    assert s["chunks"]["tail"] == 1.0  # 7 - 6: the live programs' ends (with the third's, 6 - 5 would be 2)
     assert s["merge"]["gap_after_chunks"] == 1.0 and "qkv_med" not in s["merge"]  # 9 - 8
+    # a next layer's chunks: the program that left (its wait 0) is not its first wait
+    line.slot("chunks", 2, ("qkv", "tiles")).copy_(torch.tensor(
+        [(9100, 0, 9200, 4, 0, 0), (9200, 11000, 12000, 5, 11200, 11800)], dtype=torch.int64).flatten())
+    two = T.summarize([line.read()])
+    assert two["chunks"]["gap_after_merge"] == 1.5  # 11 - 9.5
+    with pytest.raises(ValueError, match="no program of a 'chunks' launch waited"):
+        T.launch_stats({**x, "wait": [0, 0, 0]}, 1000)
 
 
 def test_stamped_kernels_compile_their_timeline_only_when_given_one():

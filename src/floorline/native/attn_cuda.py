@@ -104,7 +104,9 @@ def _kernel(device_index: int, defines: tuple):
         return torch.cuda._utils._cuda_load_module(cubin, ["attn_chunk"])["attn_chunk"]
 
 
-# the marks a timeline slot of the chunks holds after (start, wait, end, sm): the q/k/v prologue done, the tiles done
+# the marks a timeline slot of the chunks holds after (start, wait, end, sm): the q/k/v prologue done; the own token's
+# scores, the q fragments and the tiles done (the .cu's TLW is 4 + their count). Its programs are numbered chunk
+# first (grid (chunks, kv heads)), where Triton's chunk kernel numbers them KV head first.
 MARKS = ("qkv", "tiles")
 
 
@@ -119,6 +121,9 @@ def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l,
     nchunk = -(-k_cache.shape[1] // chunk)  # the chunk programs a KV head launches
     if nchunk > stride:
         raise ValueError(f"attn_cuda.chunks: {nchunk} chunks of {chunk} positions, partials for {stride}")
+    if tl is not None and tl.numel() != nchunk * kv_heads * (4 + len(MARKS)):
+        raise ValueError(f"attn_cuda.chunks: a timeline slot of {tl.numel()} words for {nchunk * kv_heads} "
+                         f"programs of {4 + len(MARKS)}")
     kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, stride, gp, pdl, qk_norm is not None,
                                               k_cache.shape[2], tl is not None))
     qn, kn, eps = qk_norm if qk_norm is not None else (qkv, qkv, 0.0)  # (not read without QKN)
@@ -126,9 +131,6 @@ def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l,
     vals += [ctypes.c_float(scale), ctypes.c_longlong(k_cache.stride(0)), ctypes.c_void_p(qn.data_ptr()),
              ctypes.c_void_p(kn.data_ptr()), ctypes.c_float(eps)]
     if tl is not None:
-        if tl.numel() != nchunk * kv_heads * (4 + len(MARKS)):
-            raise ValueError(f"attn_cuda.chunks: a timeline slot of {tl.numel()} words for {nchunk * kv_heads} "
-                             f"programs of {4 + len(MARKS)}")
         vals.append(ctypes.c_void_p(tl.data_ptr()))
     nvrtc.launch(kern.func, (nchunk, kv_heads, 1), warps * 32, 0, torch.cuda.current_stream(qkv.device).cuda_stream,
                  vals, pdl=bool(pdl))

@@ -15,12 +15,14 @@ attention chunks by a define TL, absent by default: the same machine code) get a
 (Timeline.slot), which a CUDA graph keeps: every replay rewrites the same slots. The GEMVs of Triton's autotuner
 (q/k/v, o, lm_head) and the int4 CUDA GEMV take none: their ends are the next kernel's waits. A stamp costs a
 program three timer reads (one before its first loads) and four stores after its work: the diagnostic moves the
-step by that.
+step by that. A live CUDA chunk program pays more: five timer reads (two of them inside its work, at barriers it
+has anyway), six stores and one more barrier before its end.
 
 A launch may also name marks: points inside a program's work after the wait, one word each after the four (the CUDA
-chunks: "qkv", its q/k/v prologue done; "tiles", its warps' tiles done). A program that leaves without waiting (the
-CUDA chunks past the position) stamps its wait 0: the figures of waits, work and marks are over the programs that
-waited.
+chunks: "qkv", its q/k/v prologue done; "tiles", its own token's scores, its q fragments and its warps' tiles done,
+the combine of their partials left). A program that leaves without waiting (the CUDA chunks past the position)
+stamps its wait and marks 0: the figures of waits, ends, work and marks are over the programs that waited, so
+those of the CUDA chunks and of Triton's (whose programs past the position wait, then leave) differ by those.
 
 scripts/timeline.py runs it on a model (`scripts/gpu_check.sh timeline`); summarize() reduces the stamps to a table.
 """
@@ -66,7 +68,7 @@ class Timeline:
 
     def read(self) -> list[dict]:
         """The step's stamps, launch by launch: {kind, start, wait, end, sm, marks, and a list for each mark} (lists
-        over its programs; ns; wait 0: the program did not wait)."""
+        over its programs; ns; wait 0: the program did not wait, and its marks are 0)."""
         flat = self.buf[:self.used].tolist()
         out = []
         for kind, first, n, marks in self.launches:
@@ -129,12 +131,14 @@ def shifted(launch: dict, t0: int) -> dict:
 def launch_stats(launch: dict, t0: int) -> dict:
     """One launch's programs in us from t0: first / median / last start, wait and end, the median of each program's
     end - wait (its work after the wait) and wait - start (how early it was resident), the longest work, and for each
-    mark the median of mark - wait (`<mark>_med`); waits, work and marks over the programs that waited (`waited`).
-    (The median can hide the programs that matter: the attention's chunks past the position only wait and leave, so
-    at a short position most chunk programs work ~0.1 us while the live ones take 1.2-2.3 us.)"""
+    mark the median of mark - wait (`<mark>_med`); starts over every program, the rest over the programs that waited
+    (`waited`). (The median can hide the programs that matter: Triton's chunks past the position only wait and
+    leave, so at a short position most of its chunk programs work ~0.1 us while the live ones take 1.2-2.3 us.)"""
     live = [i for i, w in enumerate(launch["wait"]) if w]  # (wait 0: left without waiting)
+    if not live:
+        raise ValueError(f"timeline: no program of a {launch['kind']!r} launch waited (a slot never written?)")
     every = range(len(launch["start"]))
-    us = {k: [(launch[k][i] - t0) / 1e3 for i in idx] for k, idx in (("start", every), ("wait", live), ("end", every))}
+    us = {k: [(launch[k][i] - t0) / 1e3 for i in idx] for k, idx in (("start", every), ("wait", live), ("end", live))}
     out = {"kind": launch["kind"], "programs": len(launch["start"]), "waited": len(live)}
     for k, xs in us.items():
         out[f"{k}_first"], out[f"{k}_med"], out[f"{k}_last"] = min(xs), statistics.median(xs), max(xs)

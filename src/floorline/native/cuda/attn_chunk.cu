@@ -11,12 +11,14 @@
 #if D != 128 && D != 64
 #error "attn_chunk: head_dim 128 or 64"
 #endif
-// TL: a timeline slot (native/timeline.py) as a last argument, 6 int64 a CTA (start, wait returned, end, SM, then the
-// marks "qkv": the q/k/v prologue done, and "tiles": every warp's tiles done); absent: 0, no argument, the same code
+// TL: a timeline slot (native/timeline.py) as a last argument, TLW int64 a CTA, CTAs numbered chunk first (start,
+// wait returned, end, SM, then the marks of attn_cuda.MARKS: "qkv", the q/k/v prologue done, and "tiles", every
+// warp's tiles done); absent: 0, no argument, the same code
 #ifndef TL
 #define TL 0
 #endif
 #if TL
+#define TLW 6  // 4 + len(attn_cuda.MARKS)
 #define TL_ARG , long long* __restrict__ tl
 __device__ __forceinline__ long long gtimer() {
   long long t;
@@ -24,7 +26,7 @@ __device__ __forceinline__ long long gtimer() {
   return t;
 }
 __device__ __forceinline__ void stamp(long long* tl, int i, long long t) {  // word i of this CTA's slot, thread 0
-  if (threadIdx.x == 0) tl[(blockIdx.x + blockIdx.y * gridDim.x) * 6 + i] = t;
+  if (threadIdx.x == 0) tl[(blockIdx.x + blockIdx.y * gridDim.x) * TLW + i] = t;
 }
 __device__ __forceinline__ void stamp_ends(long long* tl, long long t_start, long long t_wait) {  // and the end, SM
   unsigned sm;
@@ -154,7 +156,8 @@ extern "C" __global__ void __launch_bounds__(NT) attn_chunk(
   const int start = c * CHUNK;
   if (start > pos) {  // a chunk past the position: the merge reads only chunks 0..pos/CHUNK
 #if TL
-    stamp_ends(tl, t_start, 0);  // wait 0: it left without one
+    stamp_ends(tl, t_start, 0);  // wait and marks 0: it left without waiting
+    stamp(tl, 4, 0); stamp(tl, 5, 0);
 #endif
     return;
   }
