@@ -836,11 +836,11 @@ def test_a_persistent_wait_that_cannot_be_met_times_out_in_one_line():
 def test_the_step_timeline_stamps_every_program_without_changing_the_tokens(o_merge, cuda):
     """native/timeline.py on llama-3.2-1b at 120 positions, with the merge kernel then o, with the merge inside o, and
     over the CUDA chunks (64 positions, 4 warps: chunk 2 lies past the position): 6 steps with the stamps give the same
-    tokens and logits as 6 without (from the same prompt); each step stamps every program of its chunk, merge (or
-    o_merge) and MLP launches, 3 a layer, each program's start <= its wait's return <= its end (the CUDA chunks: the
-    marks between wait and end in order; a chunk past the position stamps wait 0, it does not wait); and no kernel's
-    wait returns before the stamped kernel before it has ended everywhere (PDL: the wait is on the whole previous
-    grid), so the stamps read one clock across the SMs."""
+    tokens and logits as 6 without (from the same prompt); each step stamps every program of its q/k/v GEMV, chunk,
+    merge and o GEMV (or o_merge) and MLP launches, 5 (4) a layer, and of lm_head, each program's start <= its wait's
+    return <= its end (the CUDA chunks: the marks between wait and end in order; a chunk past the position stamps wait
+    0, it does not wait); and no kernel's wait returns before the stamped kernel before it has ended everywhere (PDL:
+    the wait is on the whole previous grid), so the stamps read one clock across the SMs."""
     from floorline.native import attn_cuda
     from floorline.native import o_merge as OM
     from floorline.native import timeline as T
@@ -872,7 +872,7 @@ def test_the_step_timeline_stamps_every_program_without_changing_the_tokens(o_me
             T.ACTIVE = None
     err = _logit_err(gl, wl)
     assert got == want and err < 1e-2, (got, want, err)
-    kinds = ["chunks", "o_merge" if o_merge else "merge", "mlp"] * a.layers
+    kinds = (["qkv", "chunks"] + (["o_merge"] if o_merge else ["merge", "o"]) + ["mlp"]) * a.layers + ["lm_head"]
     for launches in steps:
         assert [x["kind"] for x in launches] == kinds
         for x in launches:

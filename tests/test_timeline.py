@@ -99,19 +99,78 @@ def test_marks_and_programs_that_left_without_waiting():
 
 
 def test_stamped_kernels_compile_their_timeline_only_when_given_one():
-    """The merge kernel for sm_90 (Triton's ptxas, no GPU): with TL a pointer its code reads %globaltimer and %smid
-    and stores four words a program; with TL None (the product's launches) neither, and the SASS is the same as that
-    of the kernel compiled without naming TL at all."""
+    """The merge kernel and the Triton GEMV (a bf16 q/k/v tile two ahead, an int4 tile, an o tile split over K) for
+    sm_90 (Triton's ptxas, no GPU): with TL a pointer their code reads %globaltimer and %smid; with TL None (every
+    product launch) neither. (Whether their code with TL None is that of a revision before TL: scripts/sass_same.py.)"""
     out = compiled_for_sm90(
-        "from floorline.native import attention as A\n"
+        "from floorline.native import attention as A, gemv as G\n"
+        "def timers(kernel, const, warps, ptr, **kw):\n"
+        "    plain = gemv_sass.compiled(kernel, {**const, 'TL': None}, warps, pointers=ptr, **kw).asm['ptx']\n"
+        "    stamped = gemv_sass.compiled(kernel, const, warps, pointers={**ptr, 'TL': '*i64'}, **kw).asm['ptx']\n"
+        "    return ['globaltimer' in plain, '%smid' in plain, 'globaltimer' in stamped, '%smid' in stamped]\n"
         "ptr = dict(MO='*fp32', LO='*fp32', OO='*fp32', OUT='*fp32', POS='*i32', ZP='*fp32')\n"
-        "const = dict(G=4, GP=16, D=128, CHUNK=64, CB=32, PDL=1, ZB=0, DB=32)\n"
-        "kw = dict(ints=('NCHUNK', 'ZN'), divisible=())\n"
-        "plain = gemv_sass.compiled(A._attn_merge, const, 1, pointers=ptr, **kw)\n"
-        "stamped = gemv_sass.compiled(A._attn_merge, const, 1, pointers={**ptr, 'TL': '*i64'}, **kw)\n"
-        "same = gemv_sass.sass(A._attn_merge, const, 1, pointers=ptr, **kw) == gemv_sass.sass(\n"
-        "    A._attn_merge, {**const, 'TL': None}, 1, pointers=ptr, **kw)\n"
-        "print(json.dumps([same, 'globaltimer' in plain.asm['ptx'],\n"
-        "                  'globaltimer' in stamped.asm['ptx'], '%smid' in stamped.asm['ptx']]))")
-    same, plain_timer, stamped_timer, smid = json.loads(out.splitlines()[-1])
-    assert same and not plain_timer and stamped_timer and smid
+        "res = [timers(A._attn_merge, dict(G=4, GP=16, D=128, CHUNK=64, CB=32, PDL=1, ZB=0, DB=32), 1, ptr,\n"
+        "              ints=('NCHUNK', 'ZN'), divisible=())]\n"
+        "tiles = [(8, 256, 4, 2, 0, (1, 0, 0, 1, 1)), (4, 512, 1, 1, 1, (1, 0, 0, 1, 0)),\n"
+        "         (8, 256, 4, 2, 0, (0, 0, 1, 2, 0))]\n"
+        "for bn, bk, warps, ahead, int4, flags in tiles:\n"
+        "    const = gemv_sass.constants(bn, bk, ahead, *flags, int4=int4)\n"
+        "    res.append(timers(G._gemv, const, warps, gemv_sass.POINTERS))\n"
+        "print(json.dumps(res))")
+    assert json.loads(out.splitlines()[-1]) == [[False, False, True, True]] * 4
+
+
+def test_a_stamped_gemv_runs_the_tuned_tile_with_a_slot_for_its_programs(monkeypatch):
+    """tri_gemv on a GPU (stubbed: no launch, the autotuner's cache faked) with a step timeline active and a kind: the
+    tile the autotuner chose for the shape (N, K, prologue, glu, acc), launched directly with a slot of ACTIVE for its
+    grid's programs (rows / BN x splits), not through the autotuner, whose key would count the slot; without a kind or
+    a timeline the autotuner launches, unstamped; a shape never tuned is a one-line error."""
+    import types
+
+    triton = pytest.importorskip("triton", reason="mode native's kernels need Triton: pip install 'floorline[native]'")
+    from floorline.native import gemv as G
+
+    tile = triton.Config({"BN": 8, "BK": 256, "STAGES": 0, "SPLIT": 2, "AHEAD": 1}, num_warps=4)
+    other = triton.Config({"BN": 4, "BK": 512, "STAGES": 0, "SPLIT": 1, "AHEAD": 1}, num_warps=2)
+    launched = []
+
+    class Kernel:  # kernel[grid](*args, **kw): the launch, recorded
+        def __init__(self, name, cache=None):
+            self.name, self.cache = name, cache or {}
+
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launched.append((self.name, grid, kw))
+
+    monkeypatch.setattr(G, "INTERPRET", False)
+    monkeypatch.setattr(G, "_gemv", Kernel("direct"))
+    bf, f32 = "torch.bfloat16", "torch.float32"  # the key: N, K, PRO, GLU, ACC, then the tensors' dtypes
+    wide = triton.Config({"BN": 16, "BK": 256, "STAGES": 0, "SPLIT": 1, "AHEAD": 1}, num_warps=8)
+    cache = {(100, 512, 0, False, False, bf, f32, f32, f32, f32, f32, f32): other,  # the shape but not acc
+             (100, 512, 1, False, True, bf, f32, f32, f32, f32, f32, f32): other,  # nor pro
+             (100, 512, 0, True, True, bf, f32, f32, f32, f32, f32, f32): other,  # nor glu
+             (100, 512, 0, False, True, f32, f32, f32, f32, f32, f32, f32): wide,  # the shape, other dtypes
+             (100, 512, 0, False, True, bf, f32, f32, f32, f32, f32, f32): tile,
+             (100, 512, 1, True, False, bf, f32, f32, f32, f32, f32, f32): wide}
+    monkeypatch.setattr(G, "_gemv_bf16", Kernel("autotuned", cache))
+    w = types.SimpleNamespace(shape=(100, 512), is_cuda=True, device=torch.device("cpu"), dtype=torch.bfloat16)
+    y = torch.zeros(100)
+    line = T.Timeline("cpu", programs=64)
+    monkeypatch.setattr(T, "ACTIVE", line)
+    G.tri_gemv(w, torch.zeros(512), residual=y, out=y, pdl=0, kind="o")
+    name, grid, kw = launched[-1]
+    assert name == "direct" and grid == (13, 2) and kw["BN"] == 8 and kw["num_warps"] == 4 and kw["SPLIT"] == 2
+    assert kw["TL"].numel() == 26 * T.WORDS and line.launches == [("o", 0, 26, ())]  # 13 row blocks x 2 splits
+    g = torch.zeros(50)
+    G.tri_gemv(w, torch.zeros(512), out=g, pdl=0, pro=1, glu=True, kind="gate_up")  # 50 outputs, 8 a program
+    assert launched[-1][:2] == ("direct", (7, 1)) and line.launches[-1] == ("gate_up", 26 * T.WORDS, 7, ())
+    G.tri_gemv(w, torch.zeros(512), residual=y, out=y, pdl=0)  # no kind: the autotuner's launch, unstamped
+    assert launched[-1][0] == "autotuned" and "TL" not in launched[-1][2] and len(line.launches) == 2
+    with pytest.raises(ValueError, match="no tuned GEMV tiles for 100x512"):
+        G.tri_gemv(w, torch.zeros(512), out=y, pdl=0, glu=True, kind="gate_up")
+    monkeypatch.setattr(G, "INTERPRET", True)  # the interpreter: the fixed tile, never stamped (no timer there)
+    G.tri_gemv(w, torch.zeros(512), residual=y, out=y, pdl=0, kind="o")
+    assert launched[-1][0] == "direct" and "TL" not in launched[-1][2] and len(line.launches) == 2
+    monkeypatch.setattr(G, "INTERPRET", False)
+    monkeypatch.setattr(T, "ACTIVE", None)
+    G.tri_gemv(w, torch.zeros(512), residual=y, out=y, pdl=0, kind="o")
+    assert launched[-1][0] == "autotuned" and "TL" not in launched[-1][2]

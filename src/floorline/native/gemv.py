@@ -40,6 +40,7 @@ except ImportError:  # floorline runs without Triton; only mode native and its k
 from floorline.device import timing
 from floorline.native import INTERPRET
 from floorline.native import pdl as P
+from floorline.native import timeline as T
 from floorline.native.int4_format import GROUP
 from floorline.native.refs import PRO_NONE
 from floorline.native.tuner import TUNER, shape_name
@@ -120,7 +121,9 @@ if triton is not None:
               PRO: tl.constexpr, GLU: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
               INT4: tl.constexpr, GROUP_K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
               PDL: tl.constexpr, STAGES: tl.constexpr = 0, SPLIT: tl.constexpr = 1, AHEAD: tl.constexpr = 1,
-              KM: tl.constexpr = 0):
+              KM: tl.constexpr = 0, TL=None):
+        if TL is not None:  # a timeline slot (timeline.py; None: not compiled)
+            t_start = T.now()
         pid = tl.program_id(0)
         # split-K (ACC only): program (pid, s) sums tiles [s T / SPLIT, (s + 1) T / SPLIT) of the T = K / BK
         sid = tl.program_id(1)
@@ -166,6 +169,8 @@ if triton is not None:
             first = (tl.zeros_like(rn) + sid) == 0  # one split adds it
             bias = tl.load(B + rn, mask=nmask & first, other=0.0).to(tl.float32)
         P.wait(PDL)
+        if TL is not None:
+            t_wait = T.now()
         if STAGES and INT4:  # Triton's software pipeline: STAGES tiles in flight through shared memory (cp.async)
             for k0 in tl.range(kb, ke, BK, num_stages=STAGES):
                 w, sc, ze = _int4_load(wp, S, Z, gi, k0, ke, nmask, GROUP_K)
@@ -235,6 +240,8 @@ if triton is not None:
             if ACC:  # y += W x in place (the residual stream): each program reads then writes its own rows
                 y += tl.load(Y + rn, mask=nmask, other=0.0)
             tl.store(Y + rn, y, mask=nmask)
+        if TL is not None:
+            T.put(TL, t_start, t_wait)
 
     def _prune(configs, named_args, **kwargs):
         """Tiles must divide K (the loop has no K mask) and int4 tiles hold whole groups; split-K only for a plain
@@ -351,15 +358,31 @@ def _pick_bk(k: int, int4: bool) -> int:
     raise ValueError(f"K = {k} is not a multiple of {GROUP if int4 else 16}")
 
 
+def stamped_tile(int4: bool, n: int, k: int, pro: int, glu: bool, acc: bool, dtypes: tuple = ()):
+    """The tile (a triton.Config) the autotuner chose for this shape: a stamped launch (the step timeline) bypasses
+    the autotuner, whose key would count the timeline's slot as one more argument and tune again, and runs the
+    product's tile with the slot. The autotuner's key is N, K, PRO, GLU, ACC, then the tensor arguments' dtypes
+    (`dtypes`, as str): the entry that matches it all, else the one entry that matches the shape."""
+    shape = [(tuple(key), cfg) for key, cfg in (_gemv_int4 if int4 else _gemv_bf16).cache.items()
+             if tuple(key[:5]) == (n, k, pro, glu, acc)]
+    exact = [cfg for key, cfg in shape if key[5:] == tuple(dtypes)]
+    if exact or len(shape) == 1:
+        return (exact or [shape[0][1]])[0]
+    raise ValueError(f"timeline: {'no' if not shape else len(shape)} tuned GEMV tiles for {n}x{k} (pro {pro}, glu "
+                     f"{glu}, acc {acc}, {', '.join(dtypes)}): run the step once before stamping it")
+
+
 def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=None, scales=None, zeros=None,
-             glu=False, out=None, config=None, layout="rows", pdl=None):
+             glu=False, out=None, config=None, layout="rows", pdl=None, kind=None):
     """The GPU twin of refs.ref_gemv (int4 in the `mma` layout: int4_cuda.gemv, whose `config` is (warps, groups
     ahead, splits)); writes into `out` (fp32) when given (a static buffer under a CUDA graph);
     the residual is added in place: `residual=out` adds W p(x) into out (the residual stream), which also allows
     split-K; another residual tensor is first copied into the output.
     A GPU autotunes the tile unless `config` fixes it (keys BN, BK, STAGES, SPLIT, num_warps, maxnreg, AHEAD, KM); under
     the interpreter `config` overrides fixed defaults (BN 16, the largest fitting BK, register
-    buffers). pdl: the kernels' PDL switch (pdl.mode; None: on where the GPU has it)."""
+    buffers). pdl: the kernels' PDL switch (pdl.mode; None: on where the GPU has it). kind: the launch's name in the
+    step timeline (timeline.py), where one is active on a GPU: the Triton GEMV then stamps its programs, with the tile
+    the autotuner chose for the shape (a ValueError if it has chosen none yet; the CUDA int4 GEMV never stamps)."""
     if pdl is None:
         pdl = P.mode("auto", w.device)
     int4 = scales is not None
@@ -388,6 +411,10 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
     def grid(meta):
         return triton.cdiv(rows, meta["BN"] // 2 if glu else meta["BN"]), meta.get("SPLIT", 1)
 
+    def stamps(meta) -> dict:  # the timeline's slot for this launch's programs, where one is active (on a GPU)
+        g = grid(meta)
+        return T.launch_kwargs(kind, g[0] * g[1]) if kind and w.is_cuda and not INTERPRET else {}
+
     if INTERPRET or not w.is_cuda or config:  # fixed tiles: the interpreter (small shapes, the tests) or a sweep
         cfg = {"BN": 16, "BK": _pick_bk(k, int4), "STAGES": 0, "SPLIT": 1, **(config or {})}
         if cfg.get("KM") and not (cfg["BK"] > k and not int4 and cfg["SPLIT"] == 1 and cfg.get("STAGES", 0) == 0):
@@ -398,7 +425,11 @@ def tri_gemv(w, x, *, pro=PRO_NONE, norm_w=None, eps=1e-6, bias=None, residual=N
         if cfg["SPLIT"] > 1 and not (acc and pro == PRO_NONE and not glu):
             raise ValueError("split-K adds partial sums into the output: it needs a residual, no norm, no glu")
         pdl = 0 if INTERPRET or not w.is_cuda else pdl
-        _gemv[grid(cfg)](*args, **flags, **cfg, PDL=pdl, **P.launch_kwargs(pdl))
+        _gemv[grid(cfg)](*args, **flags, **cfg, PDL=pdl, **P.launch_kwargs(pdl), **stamps(cfg))
+    elif kind and T.ACTIVE is not None:  # the step timeline: the tuned tile, stamped
+        tile = stamped_tile(int4, n, k, pro, glu, acc, tuple(str(a.dtype) for a in args if hasattr(a, "dtype")))
+        _gemv[grid(tile.kwargs)](*args, **flags, **tile.all_kwargs(), PDL=pdl, **P.launch_kwargs(pdl),
+                                 **stamps(tile.kwargs))
     else:
         TUNER.used.add(("gemv", (n, k, pro, glu, acc, int4)))
         (_gemv_int4 if int4 else _gemv_bf16)[grid](*args, **flags, PDL=pdl, **P.launch_kwargs(pdl))

@@ -127,12 +127,13 @@ class NativeModel:
         """The PDL switch of the layer's kernel in `role` (pdl.ROLES): early where self.early names it."""
         return P.switch(self.pdl, role, self.early)
 
-    def _gemv(self, m: dict, x, out, role: str | None = None, **kw):
+    def _gemv(self, m: dict, x, out, role: str | None = None, kind: str | None = None, **kw):
+        """out = the GEMV of m's matrix (role: its PDL switch; role or kind: its name in the step timeline)."""
         w = m["w"]
         extra = {"scales": m["scales"], "zeros": m["zeros"], "layout": m["layout"]} if "scales" in m else {}
         if self.ops == "triton":
             pdl = self._pdl(role) if role else self.pdl
-            return G.tri_gemv(w, x, out=out, eps=self.eps, **extra, pdl=pdl, **kw)
+            return G.tri_gemv(w, x, out=out, eps=self.eps, **extra, pdl=pdl, kind=kind or role, **kw)
         out.copy_(R.ref_gemv(w, x, eps=self.eps, **extra, **kw))
         return out
 
@@ -210,7 +211,7 @@ class NativeModel:
 
     def _ends(self, x) -> None:
         """lm_head of the final norm of x into the logits, then the next token and position."""
-        self._gemv({"w": self.lm_head}, x, self.logits, pro=R.PRO_RMSNORM, norm_w=self.final_norm)
+        self._gemv({"w": self.lm_head}, x, self.logits, kind="lm_head", pro=R.PRO_RMSNORM, norm_w=self.final_norm)
         if self.ops == "triton":
             E.tri_next_token(self.logits, self.tok, self.pos, self.next_state, pdl=self.pdl)
         else:

@@ -9,14 +9,15 @@ has ended and its writes are visible: that kernel's end as the next one sees it)
   - the next kernel's first wait - this kernel's last end: the boundary's own latency;
   - end - wait: the program's work after the wait (its latency chain).
 
-The kernels that take a timeline (the attention's chunks and merge, the o GEMV with the merge inside and the fused
-MLP; a constexpr pointer TL, None by default: with None they compile to the same code as without it; the CUDA
-attention chunks by a define TL, absent by default: the same machine code) get a slot per launch from ACTIVE
-(Timeline.slot), which a CUDA graph keeps: every replay rewrites the same slots. The GEMVs of Triton's autotuner
-(q/k/v, o, lm_head) and the int4 CUDA GEMV take none: their ends are the next kernel's waits. A stamp costs a
-program three timer reads (one before its first loads) and four stores after its work: the diagnostic moves the
-step by that. A live CUDA chunk program pays more: five timer reads (two of them inside its work, at barriers it
-has anyway), six stores and one more barrier before its end.
+The kernels that take a timeline (the single-GPU step's Triton GEMV: q/k/v, o, gate_up and down where the MLP is not
+fused, lm_head; the attention's chunks and merge, the o GEMV with the merge inside and the fused MLP; a constexpr
+pointer TL, None by default: with None they compile to the same code as without it; the CUDA attention chunks by a
+define TL, absent by default: the same machine code) get a slot per launch from ACTIVE (Timeline.slot), which a CUDA
+graph keeps: every replay rewrites the same slots. A stamped Triton GEMV runs the tile its autotuner chose for the
+shape, launched directly (gemv.stamped_tile). The int4 CUDA GEMV takes none: its end is the next kernel's wait. A stamp
+costs a program three timer reads (one before its first loads) and four stores after its work: the diagnostic moves the
+step by that. A live CUDA chunk program pays more: five timer reads (two of them inside its work, at barriers it has
+anyway), six stores and one more barrier before its end.
 
 A launch may also name marks: points inside a program's work after the wait, one word each after the four (the CUDA
 chunks: "qkv", its q/k/v prologue done; "tiles", its own token's scores, its q fragments and its warps' tiles done,
