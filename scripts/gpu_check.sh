@@ -16,6 +16,8 @@
 #     timeline  scripts/timeline.py (when each stamped kernel's programs start, wait and end in the native step) for
 #               TIMELINE_CELLS, space-separated model:ctx[:native options] (default llama-3.2-1b:128
 #               qwen2.5-0.5b:128:attn_kernel=cuda qwen3-8b:2048)
+#     explain   `floorline explain --mode native` (a step's kernels, busy against wall, per place in the layer) for
+#               EXPLAIN_CELLS, space-separated model:ctx[:quant] (default: the small models' cells and qwen3-8b's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -92,6 +94,15 @@ for stage in "${stages[@]}"; do
         python3 scripts/timeline.py "$m" --ctx "$c" --native "${opts:-}" --out "$OUT/timeline" \
           2>> "$OUT/timeline.log" | tee -a "$OUT/timeline.txt"
       done ;;
+    explain)
+      mkdir -p "$OUT/explain"
+      for cell in ${EXPLAIN_CELLS:-llama-3.2-1b:128 qwen2.5-0.5b:128 qwen2.5-1.5b:2048 llama-3.2-3b:2048 \
+                    llama-3.2-1b:2048:int4 qwen3-8b:2048}; do
+        IFS=: read -r m c q <<< "$cell"
+        name="${m}_ctx${c}${q:+_$q}"
+        fl explain --model "$m" --ctx "$c" --quant "${q:-none}" --mode native --out "$OUT/explain/$name" \
+          > "$OUT/explain/$name.log" 2>&1 || echo "explain $cell: exit $?"
+      done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
@@ -103,4 +114,7 @@ for f in quant endpoint tp; do
     && echo "$f: $OUT/${f}_report/report.md"
 done
 [ -f "$OUT/suite.log" ] && grep "^|" "$OUT/suite.log"
+for f in "$OUT"/explain/*.log; do  # each cell's line of the explain table: wall, busy, floor, kernels a step
+  [ -f "$f" ] && echo "explain $(basename "$f" .log): $(grep -E "^ *[0-9]+ +native " "$f" | tr -s ' ')"
+done
 exit 0
