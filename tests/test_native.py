@@ -667,7 +667,7 @@ def test_the_cuda_attention_chunks_take_a_timeline_slot_only_where_the_diagnosti
         attn_cuda.chunks(*args[:8], scratch.m, scratch.l, scratch.o, 4, 64, tl=torch.zeros(40, dtype=torch.int64))
     assert len(launched) == 2 and len(built) == 2  # refused before a build
     # the kernel's slot width (TLW) is the four stamps and the marks
-    assert re.search(r"#define TLW (\d+)", nvrtc.source("attn_chunk.cu")).group(1) == str(4 + len(attn_cuda.MARKS))
+    assert re.search(r"#define TLW (\d+)", nvrtc.source("attn_chunk.cu")).group(1) == str(attn_cuda.TL_WORDS) == "6"
 
 
 def test_the_merge_splits_each_head_over_programs_of_at_least_16_dims():

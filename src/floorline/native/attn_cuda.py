@@ -40,6 +40,7 @@ import hashlib
 import torch
 
 from floorline.native import nvrtc
+from floorline.native import timeline as T
 
 SOURCE = "attn_chunk.cu"  # cuda/attn_chunk.cu
 
@@ -105,9 +106,10 @@ def _kernel(device_index: int, defines: tuple):
 
 
 # the marks a timeline slot of the chunks holds after (start, wait, end, sm): the q/k/v prologue done; the own token's
-# scores, the q fragments and the tiles done (the .cu's TLW is 4 + their count). Its programs are numbered chunk
+# scores, the q fragments and the tiles done. Its programs are numbered chunk
 # first (grid (chunks, kv heads)), where Triton's chunk kernel numbers them KV head first.
 MARKS = ("qkv", "tiles")
+TL_WORDS = T.WORDS + len(MARKS)  # a program's words in its timeline slot (the .cu's TLW)
 
 
 def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l, o, warps: int, chunk: int,
@@ -121,9 +123,9 @@ def chunks(qkv, cos, sin, pos, k_cache, v_cache, heads: int, scale: float, m, l,
     nchunk = -(-k_cache.shape[1] // chunk)  # the chunk programs a KV head launches
     if nchunk > stride:
         raise ValueError(f"attn_cuda.chunks: {nchunk} chunks of {chunk} positions, partials for {stride}")
-    if tl is not None and tl.numel() != nchunk * kv_heads * (4 + len(MARKS)):
+    if tl is not None and tl.numel() != nchunk * kv_heads * TL_WORDS:
         raise ValueError(f"attn_cuda.chunks: a timeline slot of {tl.numel()} words for {nchunk * kv_heads} "
-                         f"programs of {4 + len(MARKS)}")
+                         f"programs of {TL_WORDS}")
     kern = _kernel(qkv.device.index, _defines(heads, kv_heads, warps, chunk, stride, gp, pdl, qk_norm is not None,
                                               k_cache.shape[2], tl is not None))
     qn, kn, eps = qk_norm if qk_norm is not None else (qkv, qkv, 0.0)  # (not read without QKN)

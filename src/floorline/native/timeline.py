@@ -86,7 +86,7 @@ ACTIVE: Timeline | None = None  # set by the diagnostic; None: the kernels take 
 def launch_kwargs(kind: str, programs: int) -> dict:
     """A launch's timeline argument: TL, a slot of ACTIVE for `programs` programs, where the diagnostic is on;
     nothing otherwise (the kernel compiles without it)."""
-    return {} if ACTIVE is None else {"TL": ACTIVE.slot(kind, programs)}
+    return {} if (tl_slot := slot(kind, programs)) is None else {"TL": tl_slot}
 
 
 def slot(kind: str, programs: int, marks: tuple[str, ...] = ()) -> torch.Tensor | None:
