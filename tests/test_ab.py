@@ -110,6 +110,16 @@ def test_ab_end_to_end_tiny_cpu_and_resume(tmp_path, capsys):
     assert [r["ab_session"] for r in recs if r["kind"] == "cell"][6:] == [3, 3]
     assert recs[-1]["kind"] == "ab_summary" and recs[-1]["n_sessions"] == 4
 
+    # run again when finished: the summary is printed again, not appended again (and, for a user who is not root, a
+    # read-only file serves)
+    capsys.readouterr()
+    out.chmod(0o444)
+    try:
+        assert cli.main(args) == 0
+    finally:
+        out.chmod(0o644)
+    assert "N=4" in capsys.readouterr().out and _lines(out) == recs
+
 
 def test_ab_same_arms_is_an_error(capsys):
     rc = cli.main(["ab", "--model", "tiny-llama", "--ctx", "32", "--a", "eager", "--b", "eager", "--device", "cpu"])

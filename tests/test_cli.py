@@ -85,10 +85,10 @@ def test_run_all_modes_records(run_all):
 def test_run_appends(run_all, tmp_path):
     path, _, _ = run_all
     p = tmp_path / "copy.jsonl"
-    p.write_text(path.read_text())
-    rc, _, _ = run_cli([*RUN, "--mode", "eager", "--steps", "2", "--warmup", "0", "--output", str(p),
+    p.write_text(path.read_text() + '{"schema_version": 2, "run_id": "a killed wri')  # and a torn last line
+    rc, _, e = run_cli([*RUN, "--mode", "eager", "--steps", "2", "--warmup", "0", "--output", str(p),
                         "--format", "json"])
-    assert rc == 0
+    assert rc == 0 and "truncated" in e  # cut before the new record, which gets its own line
     recs = records.read(p)
     assert [r["mode"] for r in recs] == ["eager", "static", "eager"]
     check_record(recs[-1], steps=2, warmup=0)
@@ -309,6 +309,16 @@ BAD_INPUT = {
     "no verb": ([], ["cmd"]),
     "unknown verb": (["bench"], ["bench"]),
     "too few steps": ([*RUN[:-4], "--steps", "1"], ["steps"]),
+    "gpu prefix of several": (["floor", "--model", "qwen2.5-7b", "--ctx", "1", "--gpu", "a100"],
+                              ["a100-80gb-sxm", "a100-40gb"]),
+    "allreduce nan": (["floor", "--model", "qwen2.5-7b", "--ctx", "1", "--tp", "2", "--allreduce-us", "nan"],
+                      ["finite"]),
+    "ctx empty": ([*RUN[:3], "--ctx", ",", *RUN[5:]], ["--ctx", "at least one"]),
+    "mode empty": ([*RUN, "--mode", ""], ["--mode ''", "at least one"]),
+    "sweep models empty": (["sweep", "--models", " ", "--ctx", "16", "--device", "cpu", "--dry-run"],
+                           ["--models ' '", "at least one"]),
+    "ab timeout zero": (["ab", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--a", "eager", "--b",
+                         "static", "--timeout", "0"], ["--timeout"]),
 }
 
 
@@ -321,6 +331,32 @@ def test_bad_input_exits_2_with_one_line(argv, needles, capsys):
     o, e = capsys.readouterr()
     assert_one_line_error(rc, e, *needles)
     assert o == ""
+
+
+NOTES = "my notes\nline two\nimportant last line\n"
+
+
+@pytest.mark.parametrize("argv", [
+    [*RUN, "--output", "{notes}"],
+    ["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--device", "cpu", "--output", "{notes}"],
+    ["ab", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--a", "eager", "--b", "static",
+     "--sessions", "2", "--output", "{notes}"],
+    ["import", "{bench}", "--model", "tiny-llama", "--output", "{notes}"],
+    [*RUN, "--output", "{folder}"],
+    ["explain", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--out", "{notes}"],
+    ["report", "{bench}", "--out", "{notes}"],
+], ids=["run", "sweep", "ab", "import", "run-folder", "explain", "report"])
+def test_an_output_that_is_not_a_results_file_is_one_line_before_anything_runs(argv, tmp_path, capsys):
+    """A file of somebody's given as --output (or --out) by mistake, or a folder: one line, exit 2, before a
+    measurement, and not a byte of the file changed (its last line is never taken for a killed write)."""
+    notes, bench = tmp_path / "notes.txt", tmp_path / "bench.jsonl"
+    notes.write_text(NOTES)
+    bench.write_text("")
+    named = tmp_path if "{folder}" in argv else notes
+    rc = cli.main([a.format(notes=notes, folder=tmp_path, bench=bench) for a in argv])
+    o, e = capsys.readouterr()
+    assert_one_line_error(rc, e, str(named))
+    assert notes.read_text() == NOTES and o == ""
 
 
 def test_out_of_memory_exits_2(monkeypatch, capsys):
@@ -379,6 +415,43 @@ def test_the_run_table_fits_80_columns_without_cutting_a_number(run_all):
                   f"{r['fraction_of_floor_measured']:.1%}", f"{r['achieved_gbps']:.0f}"):
             assert v in body
     assert "p90 ms" not in body and "--wide" in body
+
+
+def test_the_80_column_table_of_records_measured_elsewhere_shows_the_datasheet_floor(run_all):
+    """An imported llama-bench row has no bandwidth measured here: its narrow table gives the floor at the datasheet
+    peak (and says so) instead of a column of dashes."""
+    _, recs, _ = run_all
+    imported = [{**r, "floor_ms_measured": None, "fraction_of_floor_measured": None, "floor_ms_peak": 14.475,
+                 "fraction_of_floor_peak": 0.579} for r in recs]
+    body = "\n".join(_render(display.run_table(imported, columns=80), 80))
+    assert "14.475" in body and "57.9%" in body and "datasheet peak" in body
+    assert "measured bandwidth" in "\n".join(_render(display.run_table(recs, columns=80), 80))
+
+
+def test_a_table_too_wide_for_the_terminal_keeps_every_number_whole():
+    """`floorline models` (or explain) on an 80-column terminal: the text columns fold, and where the numbers still do
+    not fit the table is printed as wide as they need (the terminal wraps the lines) instead of cut digits."""
+    import io
+
+    from floorline.core import zoo
+
+    buf = io.StringIO()
+    console = cli._Out(file=buf, width=80, highlight=False)
+    console.print(display.table(display.MODELS_HEADER, display.models_rows(zoo.ZOO.values())))
+    text = buf.getvalue()
+    for a in zoo.ZOO.values():
+        assert f" {a.name} " in text and f"{a.params:,}" in text and f" {a.max_pos} " in text
+    buf.seek(0)
+    buf.truncate()
+    rows = [["2048", "native", "3.876", "0.231", "1.841", "469", "2.121", "0.102", "4430"]]
+    console.print(display.table(["ctx", "mode", "wall ms", "floor ms", "idle gaps ms", "kernels/step",
+                                 "host enqueue ms", "attention ms", "attention GB/s"] * 2, [rows[0] * 2]))
+    assert all(v in buf.getvalue() for v in rows[0])  # no column dropped, no digit cut
+    assert console.width == 80  # as it was, for what it prints next
+    buf.seek(0)
+    buf.truncate()
+    console.print(display.table(["model", "ms"], [["m", "1.000"]]))  # what fits prints as before, within 80
+    assert "1.000" in buf.getvalue() and max(len(ln) for ln in buf.getvalue().splitlines()) <= 80
 
 
 def test_the_full_table_on_a_wide_terminal_or_with_wide(run_all):

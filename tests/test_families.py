@@ -92,6 +92,26 @@ def test_a_multimodal_gemma3_config_decodes_with_its_text_config():
     assert a.family == "gemma3_text" and floor.parameter_count(a) == zoo.ZOO["gemma-3-4b"].params
 
 
+def test_gemma3_4b_its_own_sparse_config_is_the_zoos():
+    """google/gemma-3-4b-it's config.json as published names six keys of its text_config; the rest are
+    Gemma3TextConfig's defaults, which arch.GEMMA3_TEXT_DEFAULTS holds (checked against transformers here)."""
+    from transformers import AutoConfig
+
+    from floorline.core.arch import GEMMA3_TEXT_DEFAULTS
+
+    hf = AutoConfig.for_model("gemma3_text")
+    assert {k: getattr(hf, k) for k in GEMMA3_TEXT_DEFAULTS} == GEMMA3_TEXT_DEFAULTS
+    published = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                 "mm_tokens_per_image": 256,
+                 "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                                 "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                                 "sliding_window": 1024},
+                 "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model", "num_hidden_layers": 27}}
+    a, z = arch_from_config(published, "gemma-3-4b-it"), zoo.ZOO["gemma-3-4b"]
+    assert floor.parameter_count(a) == z.params
+    assert floor.floor(a, 2048).bytes == floor.floor(z, 2048).bytes
+
+
 @pytest.mark.parametrize("name, why", [("tiny-qwen3-moe", "qwen3_moe"), ("tiny-gemma3", "gemma3_text"),
                                        ("tiny-gpt-oss", "gpt_oss"), ("tiny-phi3", "phi3")])
 def test_native_refuses_what_it_does_not_run_in_one_line(name, why):
@@ -163,3 +183,103 @@ def test_a_family_this_transformers_cannot_build_is_one_line(monkeypatch):
     with pytest.raises(UserError, match="cannot build model_type 'smollm3'.*upgrade transformers") as e:
         models.hf_config(zoo.ZOO["tiny-smollm3"])
     assert "\n" not in str(e.value)
+
+
+# A tiny layer of each family with a window of 8 on 4 layers, without layer_types (the family's own rule decides
+# which layers slide) and with the keys that rule reads; transformers' cache after a 30-token prefill is the truth.
+_SMALL = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              vocab_size=256, max_position_embeddings=4096, rms_norm_eps=1e-6, intermediate_size=96,
+              pad_token_id=None, bos_token_id=None, eos_token_id=None)
+_QWEN_MOE = dict(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+SLIDING = {
+    "qwen2": dict(use_sliding_window=True, sliding_window=8, max_window_layers=2),
+    "qwen3": dict(use_sliding_window=True, sliding_window=8, max_window_layers=2),
+    "qwen3_moe": dict(use_sliding_window=True, sliding_window=8, max_window_layers=2, **_QWEN_MOE),
+    "qwen2_moe": dict(use_sliding_window=True, sliding_window=8, max_window_layers=3,
+                      shared_expert_intermediate_size=32, **_QWEN_MOE),
+    "mistral": dict(sliding_window=8),
+    "mixtral": dict(sliding_window=8, num_local_experts=4, num_experts_per_tok=2),
+    "phi3": dict(sliding_window=8),
+    "smollm3": dict(use_sliding_window=True, sliding_window=8, no_rope_layer_interval=2),
+    "gemma3_text": dict(sliding_window=8, sliding_window_pattern=3, query_pre_attn_scalar=16),
+    "gpt_oss": dict(sliding_window=8, num_local_experts=4, num_experts_per_tok=2),
+    "llama": dict(sliding_window=8),  # Llama's attention has no window, but transformers' cache keeps only its last
+}
+
+
+def test_every_family_has_a_sliding_case():
+    assert set(SLIDING) == set(FAMILY)
+
+
+@pytest.mark.parametrize("family", sorted(SLIDING))
+def test_which_layers_slide_is_what_transformers_caches(family, cpu):
+    """The positions each layer reads (floor.kv_positions_read) are the positions transformers' own cache holds for
+    that layer after a prefill past the window: from the raw config.json (the family's rule) and from transformers'
+    to_dict (its layer_types)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
+
+    from floorline.bench.runtimes.base import cache_kwarg
+
+    raw = {**_SMALL, **SLIDING[family], "model_type": family}
+    hf = AutoConfig.for_model(**raw)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hf).eval()
+    cache, ctx = DynamicCache(config=hf), 30
+    with torch.inference_mode():
+        model(torch.randint(0, 256, (1, ctx)), use_cache=True, **{cache_kwarg(model): cache})
+    held = [layer.keys.shape[-2] for layer in cache.layers]
+    assert len(set(held)) > 1 or FAMILY[family].slide == "all"  # the rule is seen
+    for cfg in (raw, json.loads(json.dumps(hf.to_dict()))):
+        a = arch_from_config(cfg, family)
+        assert [floor.kv_positions_read(a, i, ctx) for i in range(a.layers)] == held
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY))
+def test_the_defaults_the_accounting_assumes_are_transformers(family):
+    """A config.json that leaves out the window, the max position or max_window_layers is counted with the family's
+    transformers defaults (arch.WINDOW_DEFAULT, MAX_POS_DEFAULT, MAX_WINDOW_LAYERS_DEFAULT), not a guess."""
+    from transformers import AutoConfig
+
+    from floorline.core import arch
+
+    fam = FAMILY[family]
+    hf = AutoConfig.for_model(family, **({"use_sliding_window": True} if fam.window_flag else {}))
+    assert hf.max_position_embeddings == arch.MAX_POS_DEFAULT[family]
+    assert (getattr(hf, "sliding_window", None) or None) == arch.WINDOW_DEFAULT.get(family)
+    if fam.slide in ("from_max_window", "odd_below_max_window"):
+        assert hf.max_window_layers == arch.MAX_WINDOW_LAYERS_DEFAULT
+
+
+def test_qwen2_moe_counts_its_qkv_biases_by_its_flag():
+    cfg = {**zoo.ZOO["tiny-qwen2-moe"].config}
+    on, off = arch_from_config(cfg, "on"), arch_from_config({**cfg, "qkv_bias": False}, "off")
+    assert on.qkv_bias and not off.qkv_bias and not on.o_bias
+    # q, k and v biases: layers x (heads + 2 kv heads) x head_dim parameters fewer
+    assert floor.parameter_count(on) - floor.parameter_count(off) == off.layers * (off.heads + 2 * off.kv_heads) * \
+        off.head_dim
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(models.hf_config(off))
+    assert sum(p.numel() for p in m.parameters()) == floor.parameter_count(off)
+
+
+@pytest.mark.parametrize("key, value", [("num_hidden_layers", "two"), ("num_hidden_layers", -2),
+                                        ("num_key_value_heads", 0), ("hidden_size", 64.5), ("vocab_size", True),
+                                        ("intermediate_size", -1), ("sliding_window_pattern", 0),
+                                        ("no_rope_layer_interval", 0)])
+def test_a_size_that_is_not_a_count_is_one_line_naming_the_field(key, value):
+    """A hand-edited config.json: a wrong type or a negative size is one line naming the field, never a traceback or
+    a floor of negative bytes (nor a zero of kv heads read as `heads`)."""
+    cfg = {**zoo.ZOO["tiny-qwen3"].config, key: value}
+    with pytest.raises(UserError, match=f"config.json's {key} is {value!r}"):
+        arch_from_config(cfg, "x")
+
+
+def test_per_layer_lists_of_another_length_are_one_line():
+    cfg = {**zoo.ZOO["tiny-smollm3"].config, "use_sliding_window": True, "sliding_window": 8}
+    a = arch_from_config(cfg, "x")
+    assert a.sliding == (False, True, False, True)  # no RoPE every second layer (no_rope_layer_interval 2)
+    for key in ("layer_types", "no_rope_layers"):
+        with pytest.raises(UserError, match=f"{key} names 3 layers, num_hidden_layers 4"):
+            arch_from_config({**cfg, key: ["full_attention"] * 3 if key == "layer_types" else [1, 0, 1]}, "x")

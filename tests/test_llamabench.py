@@ -83,6 +83,31 @@ def test_import_not_llamabench(tmp_path):
     assert rc == 2 and "not llama-bench JSON" in err
 
 
+@pytest.mark.parametrize("key, value", [("samples_ns", [-1, 0, 5]), ("samples_ns", []), ("model_size", "big"),
+                                        ("n_gen", -16), ("model_n_params", 0)])
+def test_import_a_malformed_row_is_one_line_naming_row_and_field(key, value, tmp_path):
+    rows = json.loads(JSON.read_text())
+    rows[1][key] = value
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(rows))
+    rc, _, err = run_cli(["import", str(p), "--model", "tiny-llama"])
+    assert rc == 2 and err.count("\n") == 1 and f"row 2: {key} {value!r}" in err, err
+
+
+def test_import_says_the_records_warnings(tmp_path):
+    """A row faster than its floor (here: a 1000x faster copy) carries a warning in its record, and the command says
+    it too."""
+    rows = json.loads(JSON.read_text())
+    for r in rows:
+        r["samples_ns"] = [max(1, s // 1000) for s in r["samples_ns"]]
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(rows))
+    rc, stdout, err = run_cli(["import", str(p), "--model", "tiny-llama", "--device", "cpu", "--format", "json"])
+    recs = json.loads(stdout)
+    assert rc == 0 and all(any("faster than the floor" in w for w in r["warnings"]) for r in recs)
+    assert err.count("warning: faster than the floor") == len(recs) == 2
+
+
 def test_ggml_widths_match_gguf_py():
     """The block table against gguf-py's own (GGML_QUANT_SIZES: weights per block, bytes per block)."""
     g = pytest.importorskip("gguf")

@@ -139,6 +139,10 @@ def test_format_prediction_shows_inputs_source_and_caveat():
     for s in (f"{p['floor_bytes']:,} B", "paper floor", "4800 GB/s", f"eta {p['eta']:.3f}", "kernels x",
               "published values", "caveat:", "host CPU", f"{p['step_ms']:.2f} ms/step"):
         assert s in text, s
+    assert "all parameter bytes + KV read" in text and not p["floor_moe_top_k"]
+    moe = predict.predict(cal, zoo.ZOO["qwen3-30b-a3b"], 2048, specs.lookup("l4"), "eager")
+    assert moe["floor_moe_top_k"] and "but the experts not routed to" in predict.format_prediction(moe)
+    assert moe["floor_bytes"] < floor.floor(zoo.ZOO["qwen3-30b-a3b"], 2048, convention="paper").bytes  # all experts
     fit = predict.format_calibration(cal)
     assert (f"eta {cal.eta:.3f}, fixed {cal.overhead_ms:.2f} ms; launch eager "
             f"{cal.launch_us_per_kernel['eager']:.2f} us/kernel") in fit

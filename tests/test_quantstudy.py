@@ -74,6 +74,13 @@ def test_plan_checks_input_before_anything_runs():
     assert jobs[1].unavailable.startswith("unavailable: int4-gemlite needs a CUDA GPU")
 
 
+def test_default_modes_on_the_cpu_are_eager_and_static():
+    # no --mode: the study's eager and graph on a GPU; graph cannot run on the CPU, its counterpart there is static
+    jobs = quantstudy.plan(quantstudy.QuantConfig(config.RunConfig("tiny-llama", [32], [], device="cpu"),
+                                                  ["nf4"], "x.jsonl"), [])
+    assert [j.modes for j in jobs] == [["eager", "static"]] * 2
+
+
 @pytest.mark.skipif(not HAS_BNB, reason="bitsandbytes is not installed (pip install 'floorline[nf4]')")
 def test_quant_command_end_to_end_and_resume(tmp_path):
     out = tmp_path / "results.jsonl"

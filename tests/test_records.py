@@ -112,8 +112,52 @@ def test_source_digest_names_the_code_that_ran(tmp_path):
     (b'{"a": 1}\n', 9, None),
     (b'{"a": 1}\n{"a"', 9, "truncated"),  # killed mid-line
     (b'{"a": 1}\n{"a": 2}', 17, None),  # complete, only its newline missing
-    (b'{"a": 1}\n{"a"\n', 9, "not a complete record"),  # a torn line that got its newline
+    (b'{"a": 1}\n{"a"\n', 14, None),  # a line with its newline was written whole: parse() judges it, never dropped
+    (b'{"a": 1}\nnotes', 14, None),  # not the start of a record: not floorline's killed write, left to parse()
 ])
 def test_the_torn_tail_rule(data, keep, why):
     n, reason = records.torn_tail(data)
     assert n == keep and (reason is None if why is None else why in reason)
+
+
+REC = '{"schema_version": 2, "a": 1}\n'
+
+
+def test_prepare_repairs_a_torn_tail_so_the_next_append_is_its_own_line(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text(REC + '{"schema_version": 2, "a"')
+    warned = []
+    assert [r["a"] for r in records.prepare(p, warned.append)] == [1]
+    assert "truncated" in warned[0] and p.read_text() == REC
+    records.append(p, [{"schema_version": 2, "a": 2}])
+    assert [r["a"] for r in records.read(p)] == [1, 2]
+    p.write_text(REC.rstrip("\n"))  # complete, only the newline missing: terminated
+    assert len(records.prepare(p)) == 1 and p.read_text() == REC
+    p.write_text('{"schema_version": 2, "a"')  # the first record's write killed: the file starts again
+    assert records.prepare(p) == [] and p.read_text() == ""
+
+
+@pytest.mark.parametrize("text", ["my notes\nline two\nimportant last line\n", "my notes\nlast line, no newline",
+                                  REC + "a line somebody wrote\n", "my only line, no newline",
+                                  REC + "a last line somebody wrote, no newline"])
+def test_prepare_leaves_a_file_that_is_not_records_as_it_was(tmp_path, text):
+    """A file given as --output by mistake: one line naming it, and not a byte of it changed (its last line, with or
+    without a newline, is not a killed write of floorline's unless the lines before it are records)."""
+    from floorline.core.errors import UserError
+
+    p = tmp_path / "notes.txt"
+    p.write_text(text)
+    with pytest.raises(UserError, match="notes.txt:"):
+        records.prepare(p)
+    assert p.read_text() == text
+
+
+def test_prepare_refuses_what_it_cannot_write_in_one_line(tmp_path):
+    from floorline.core.errors import UserError
+
+    with pytest.raises(UserError, match="is a folder"):
+        records.prepare(tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UserError, match="cannot write there"):  # a folder that cannot be made (root or not)
+        records.prepare(tmp_path / "a-file" / "r.jsonl")
+    assert records.prepare(tmp_path / "new" / "r.jsonl") == [] and (tmp_path / "new").is_dir()

@@ -15,6 +15,7 @@ import pytest
 from conftest import inject
 
 from floorline import cli
+from floorline.bench import runtimes
 from floorline.bench.config import RunConfig
 from floorline.core import records
 from floorline.study import resume, sweep
@@ -131,7 +132,18 @@ def test_dry_run_lists_cells_floors_and_memory(tmp_path, capsys):
 
 def test_default_grid_is_the_studys():
     assert sweep.DEFAULT_MODELS == ["qwen2.5-7b", "llama-3.1-8b", "mistral-7b-v0.3"]
-    assert sweep.DEFAULT_CTXS == [2048, 4096, 8192, 16384] and sweep.DEFAULT_MODES == ["eager", "graph"]
+    assert sweep.DEFAULT_CTXS == [2048, 4096, 8192, 16384]
+
+
+def test_default_modes_by_device(tmp_path, capsys):
+    """The study's pair on a GPU (eager, graph); on the CPU, graph's counterpart without graphs (static), so a plain
+    `floorline sweep` or `quant` on the CPU runs instead of failing on a mode it cannot run."""
+    assert runtimes.study_modes("cuda") == ["eager", "graph"] and runtimes.study_modes("cpu") == ["eager", "static"]
+    cells = sweep.plan(["tiny-llama"], [16], None, RunConfig(model="", ctxs=[], modes=[], device="cpu"))
+    assert [c.mode for c in cells] == ["eager", "static"]
+    rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--device", "cpu", "--dry-run",
+                   "--output", str(tmp_path / "x.jsonl")])
+    assert rc == 0 and "tiny-llama ctx 16 static" in capsys.readouterr().out
 
 
 def test_graph_on_cpu_and_gpus_on_cpu_are_errors(tmp_path, capsys):
@@ -180,7 +192,8 @@ def test_gpus_executor_gives_each_process_one_gpu(tmp_path, monkeypatch):
     assert {r["gpu_index"] for r in recs} == {0, 1}
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_cleanly_and_keeps_finished_cells(tmp_path, sig, rc):
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "floorline", "sweep", "--models", "tiny-llama", "--ctx", "16,24,32,40",
            "--modes", "eager", "--output", str(out), *COMMON]
@@ -191,9 +204,9 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 1):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == rc, err
     assert "run the same command to resume" in err
     recs = lines(out)
     assert 1 <= len(recs) < 4 and all(r["valid"] for r in recs)

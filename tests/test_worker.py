@@ -4,6 +4,7 @@ child whose parent is SIGKILLed dies with it (no orphan keeps measuring)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -65,3 +66,20 @@ def _alive(pid: int) -> bool:
             return "State:\tZ" not in f.read()
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_whose_parent_died_before_it_armed_its_signal_ends_at_once():
+    """The launcher names itself in FLOORLINE_PARENT_PID: a child re-parented before it armed the signal (its
+    parent SIGKILLed in the child's first instants) sees another parent and exits, and torch is imported only after
+    (the seconds of that import are no window for an orphan)."""
+    code = "from floorline.study.worker import die_with_parent; die_with_parent(); print('survived')"
+    env = {**os.environ, worker.PARENT_ENV: "999999999"}  # past any pid_max: never this child's parent
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "survived" not in p.stdout
+    env[worker.PARENT_ENV] = str(os.getpid())
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "survived" in p.stdout
+    p = subprocess.run([sys.executable, "-c", "import sys, floorline.study.worker; print('torch' in sys.modules)"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == "False"

@@ -9,6 +9,8 @@ import argparse
 import json
 import os
 import sys
+import threading
+from pathlib import Path
 
 from rich.console import Console
 
@@ -17,7 +19,27 @@ from floorline.core.errors import UserError
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # silence kineto's start/stop lines in `explain`; read when torch loads
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)  # piped: no truncated tables
+class _Out(Console):
+    """stdout. A table is printed whole: where even its folded text columns leave too little room for its numbers
+    (which never wrap), it is printed at its full width and the terminal wraps its lines, rather than rich cutting
+    digits off the numbers or dropping columns."""
+
+    def print(self, *objects, **kwargs):
+        from rich.table import Table
+
+        if len(objects) == 1 and isinstance(objects[0], Table):
+            need = self.measure(objects[0], options=self.options.update_width(10_000))
+            have = self.width
+            if need.minimum > have:  # (rich's minimum still cuts numbers: their full width; print's width= is capped)
+                self.width = need.maximum
+                try:
+                    return super().print(*objects, crop=False, **kwargs)
+                finally:
+                    self.width = have
+        super().print(*objects, **kwargs)
+
+
+out = _Out(highlight=False, width=None if sys.stdout.isatty() else 240)  # piped: no truncated tables
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
@@ -29,9 +51,12 @@ class Parser(argparse.ArgumentParser):
 
 def _int_list(s: str) -> list[int]:
     try:
-        return [int(x) for x in s.split(",") if x.strip()]
+        out = [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {s!r}") from None
+    if not out:  # `--ctx ,` is not the default
+        raise argparse.ArgumentTypeError(f"expected at least one integer, got {s!r}")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------- models
@@ -119,8 +144,8 @@ def _allreduce_latency(args) -> tuple[float | None, str | None]:
     if (args.allreduce_us is not None or args.allreduce_from) and args.tp == 1:
         raise UserError("an all-reduce latency needs --tp N (N >= 2)")
     if args.allreduce_us is not None:
-        if args.allreduce_us < 0:
-            raise UserError(f"--allreduce-us must be >= 0, got {args.allreduce_us}")
+        if not 0 <= args.allreduce_us < float("inf"):  # (nan fails too)
+            raise UserError(f"--allreduce-us must be a finite number >= 0, got {args.allreduce_us}")
         return args.allreduce_us, "given"
     if args.allreduce_from:
         from floorline.study import allreduce
@@ -155,12 +180,33 @@ def _hub_dir(model: str, download: bool, need: str = "weights") -> str:
     return str(hub.snapshot(model, need, download)) if hub.is_hub_id(model) else model
 
 
+def _prepare_output(path: str | None) -> None:
+    """An --output file checked (and a torn last line repaired) before anything is measured: records.prepare."""
+    from floorline.core import records
+
+    if path:
+        records.prepare(path, lambda m: err.print(f"warning: {m}"))
+
+
+def _out_dir(path: str) -> Path:
+    """A folder for a command's files (--out), made before anything is measured; one line if it cannot be."""
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise UserError(f"{path}: is a file; give --out a folder")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{path}: cannot make that folder ({e.strerror}); give --out a writable folder") from None
+    return d
+
+
 def cmd_run(args) -> int:
     from floorline.bench.measure import measure_cells
     from floorline.core import records
     from floorline.report import display
 
     cfg = _run_config(args, _names(args.mode))
+    _prepare_output(args.output)
     done: list[dict] = []
     with err.status(f"floorline run {cfg.model}") as status:
         for rec in _tp_records(cfg, status) if cfg.tp > 1 else measure_cells(cfg, log=lambda s: status.update(s),
@@ -248,8 +294,9 @@ def cmd_sweep(args) -> int:
                      steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
                      threads=args.threads, quant=args.quant, tp=args.tp, allreduce=args.allreduce, native=args.native)
     # defaults filled here, not in the parser: importing sweep imports torch, which `floorline floor` never needs
-    cells = sweep.plan(_names(args.models) if args.models else sweep.DEFAULT_MODELS, args.ctx or sweep.DEFAULT_CTXS,
-                       _names(args.modes) if args.modes else sweep.DEFAULT_MODES, base)
+    models = _names(args.models, "--models") if args.models is not None else sweep.DEFAULT_MODELS
+    modes = _names(args.modes, "--modes") if args.modes is not None else None  # None: the device's pair
+    cells = sweep.plan(models, args.ctx or sweep.DEFAULT_CTXS, modes, base)
     if args.tp > 1 and (args.gpus or args.ray is not None):
         raise UserError("--tp cells take several GPUs each: run them with the local executor (drop --gpus / --ray)")
     if args.gpus and args.ray is not None:
@@ -286,18 +333,23 @@ def cmd_sweep(args) -> int:
 
         try:
             sweep.run_sweep(cfg, todo, started=started, finished=finished)
-        except KeyboardInterrupt:
-            err.print(f"interrupted: {len(results)} cell(s) finished this time are in {args.output}; "
-                      f"run the same command to resume")
-            return 130
+        except KeyboardInterrupt as e:
+            how = "terminated" if isinstance(e, _Terminated) else "interrupted"
+            err.print(f"{how}: {len(results)} cell(s) finished this time are in {args.output}; run the same "
+                      f"command to resume")
+            return 143 if isinstance(e, _Terminated) else 130
     grid = sweep.latest(cells, [*have, *results])
     valid = sum(1 for r in grid if r.get("valid"))
     err.print(f"{valid}/{len(cells)} cells valid in {args.output} ({len(grid)} recorded, {len(results)} run now)")
     return 0
 
 
-def _names(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
+def _names(s: str, flag: str = "--mode") -> list[str]:
+    """A comma-separated option's names; one given empty (`--mode ""`) is an error, not the default."""
+    out = [x.strip() for x in s.split(",") if x.strip()]
+    if not out:
+        raise UserError(f"{flag} {s!r} names nothing: name at least one, or leave {flag} out for its default")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------- report
@@ -305,6 +357,7 @@ def cmd_report(args) -> int:
     from floorline import report
 
     recs, notes = report.load_results(args.results)
+    _out_dir(args.out)
     for n in notes:
         err.print(n)
     files = report.write_report(recs, args.out, notes)
@@ -333,8 +386,6 @@ def cmd_predict(args) -> int:
 
 # --------------------------------------------------------------------------------------------------------- explain
 def cmd_explain(args) -> int:
-    from pathlib import Path
-
     from floorline.bench import explain
     from floorline.core import records
     from floorline.report import display
@@ -345,6 +396,7 @@ def cmd_explain(args) -> int:
                         "and the all-reduce term (allreduce_ms)")
     if args.profile_steps < 1:
         raise UserError(f"--profile-steps must be >= 1, got {args.profile_steps}")
+    d = _out_dir(args.out)
     with err.status("floorline explain") as status:
         rows = explain.explain(cfg, args.profile_steps, log=lambda m: status.update(m))
     r0 = rows[0]
@@ -359,8 +411,6 @@ def cmd_explain(args) -> int:
                                     f"by place in the layer (native: 1/2 q/k/v, 2/2 o, the MLP its own kernel; 1/1 "
                                     f"q/k/v where the merge is inside o; or mlp=gemv: 1/4 q/k/v, 2/4 o, 3/4 gate_up, "
                                     f"4/4 down; after: lm_head), {r['mode']} ctx {r['ctx']}"))
-    d = Path(args.out)
-    d.mkdir(parents=True, exist_ok=True)
     (d / "explain.jsonl").unlink(missing_ok=True)
     records.append(d / "explain.jsonl", rows)
     explain.stacked_bar_png(rows, str(d / "explain.png"))
@@ -375,11 +425,11 @@ def cmd_quant(args) -> int:
 
     if args.quant != "none":
         raise UserError("quant compares backends: give them with --backends, not --quant")
-    base = _run_config(args, _names(args.mode))
+    base = _run_config(args, _names(args.mode) if args.mode is not None else [])  # []: quantstudy's default, by device
     if base.tp > 1:
         raise UserError("quant compares backends on one GPU; drop --tp")
-    cfg = quantstudy.QuantConfig(base, _names(args.backends) if args.backends else [], args.output, args.kernels,
-                                 args.timeout, args.rerun)
+    backends = _names(args.backends, "--backends") if args.backends is not None else []
+    cfg = quantstudy.QuantConfig(base, backends, args.output, args.kernels, args.timeout, args.rerun)
     with err.status("floorline quant") as status:
         jobs, recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
     names, modes, model, ctx = [j.backend for j in jobs], jobs[0].modes, jobs[0].arch.name, base.ctxs[0]
@@ -411,6 +461,7 @@ def cmd_endpoint(args) -> int:
         steps=args.steps, sessions=args.sessions, seed=args.seed, dtype=args.dtype, weight_bits=args.weight_bits,
         group_size=args.group_size, bpw=args.bpw, gpu=args.gpu, device=args.device, api_key_env=args.api_key_env,
         timeout_s=args.timeout, download=args.download)
+    _prepare_output(args.output)
     done: list[dict] = []
     with err.status(f"floorline endpoint {args.url}") as status:
         for rec in endpoint.measure_endpoint(cfg, log=lambda s: status.update(s)):
@@ -453,14 +504,17 @@ def _print_records(args, done: list[dict]) -> None:
 # ---------------------------------------------------------------------------------------------------------- import
 def cmd_import(args) -> int:
     from floorline.core import records
+    from floorline.report import display
     from floorline.serve import llamabench
 
+    _prepare_output(args.output)
     recs, notes = llamabench.import_file(args.bench, args.model, download=args.download, gpu=args.gpu,
                                          device=args.device)
     if args.output:
         records.append(args.output, recs)
-    _print_records(args, [r for r in recs if r["kind"] == "cell"])
-    for n in notes:
+    cells = [r for r in recs if r["kind"] == "cell"]
+    _print_records(args, cells)
+    for n in notes + display.notes(cells):  # (a row faster than its floor: a warning in the record, said here too)
         err.print(n)
     if args.output:
         err.print(f"{len(recs)} record(s) appended to {args.output}")
@@ -478,10 +532,11 @@ def cmd_allreduce(args) -> int:
 
     hidden = args.hidden or zoo.resolve(args.model, need="config").hidden
     cpu = args.device.startswith("cpu")
-    cfg = allreduce.AllReduceConfig(args.tp, hidden, _names(args.backends) if args.backends else
-                                    (["gloo"] if cpu else ["nccl", "symm"]), args.dtype, args.device,
-                                    args.samples, args.per_sample)
+    backends = (_names(args.backends, "--backends") if args.backends is not None else
+                ["gloo"] if cpu else ["nccl", "symm"])
+    cfg = allreduce.AllReduceConfig(args.tp, hidden, backends, args.dtype, args.device, args.samples, args.per_sample)
     allreduce.validate(cfg)
+    _prepare_output(args.output)
     with err.status(f"floorline allreduce: {args.tp} ranks"):
         recs, why = run_spec(_json.dumps({"allreduce": asdict(cfg)}), args.tp, args.timeout)
     if not recs:
@@ -514,6 +569,7 @@ def cmd_check(args) -> int:
     ctxs = args.ctx or [zoo.DEFAULT_GPU_CTX, 16384]
     if min(ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")
+    _prepare_output(args.output)
     with err.status("floorline check") as status:
         info, rows = check.check(args.model, ctxs, timed=not args.no_time, log=lambda m: status.update(m))
     out.print(display.table(display.CHECK_HEADER, display.check_rows(rows),
@@ -629,7 +685,7 @@ def build_parser() -> Parser:
     w.add_argument("--models", default=None, help="comma-separated zoo names or directories "
                                                   "(default: qwen2.5-7b,llama-3.1-8b,mistral-7b-v0.3, the study's trio)")
     w.add_argument("--ctx", type=_int_list, default=None, help="default 2048,4096,8192,16384")
-    w.add_argument("--modes", default=None, help="default eager,graph")
+    w.add_argument("--modes", default=None, help="default eager,graph on a GPU, eager,static on the CPU")
     w.add_argument("--output", default="results.jsonl", help="JSON-lines results; resumed when it exists")
     w.add_argument("--timeout", type=float, default=1800, help="seconds per cell before it is killed (default 1800)")
     w.add_argument("--rerun", action="store_true", help="run cells already in the output again")
@@ -643,7 +699,8 @@ def build_parser() -> Parser:
                                                               "of the ideal saving each realises")
     qt.add_argument("--backends", default=None, help="comma-separated (default: all): bf16, nf4, gptq-exllamav2, "
                                                      "awq-marlin, int4-tinygemm, int4-gemlite, int4")
-    qt.add_argument("--mode", default="eager,graph", help="modes, comma-separated (default eager,graph)")
+    qt.add_argument("--mode", default=None, help="modes, comma-separated (default eager,graph on a GPU, "
+                                                 "eager,static on the CPU)")
     qt.add_argument("--kernels", action="store_true", help="also time the chain of decoder matrices alone")
     qt.add_argument("--output", default="results.jsonl", help="JSON-lines results (shared with sweep); resumes")
     qt.add_argument("--timeout", type=float, default=1800, help="seconds per backend process (default 1800)")
@@ -743,9 +800,22 @@ def build_parser() -> Parser:
     return p
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's kill, `timeout`): the same way out as Ctrl-C, so the children are taken down,
+    scratch folders removed and the records kept."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     args = build_parser().parse_args(argv)
     args.debug = getattr(args, "debug", False)
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return args.fn(args)
     except UserError as e:
@@ -753,9 +823,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         err.print(f"floorline: error: {e}")
         return 2
-    except KeyboardInterrupt:
-        err.print("floorline: interrupted; records already written are kept")
-        return 130
+    except KeyboardInterrupt as e:
+        err.print(f"floorline: {'terminated' if isinstance(e, _Terminated) else 'interrupted'}; records already "
+                  f"written are kept (run the same command again to resume a sweep, ab or quant)")
+        return 143 if isinstance(e, _Terminated) else 130
+    finally:
+        if main_thread and before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 if __name__ == "__main__":

@@ -21,30 +21,46 @@ from floorline.core.errors import UserError
 class Family:
     """What a transformers model_type builds, in the terms of the accounting (checked against instantiated models)."""
 
-    attention_bias: str  # "never" | "qkv" (always q/k/v, no o: Qwen2) | "flag" (config attention_bias: q/k/v and o)
+    attention_bias: str  # "never" | "qkv" (always q/k/v, no o: Qwen2) | "qkv_flag" (config qkv_bias, default on: q/k/v,
+    # no o: Qwen2-MoE) | "flag" (config attention_bias: q/k/v and o)
     qk_norm: bool = False  # RMSNorm of head_dim weights on each q and k head
     layer_norms: int = 2  # RMSNorm weight vectors a layer
     sinks: bool = False  # a learned sink logit per query head a layer
     moe: str = ""  # "" dense | "qwen" (num_experts, moe_intermediate_size, sparse step) | "mixtral" | "gpt_oss"
     expert_bias: bool = False  # biases on each expert's gate_up and down, and on the router
-    all_sliding: bool = False  # sliding_window (when set and no layer_types) applies to every layer
+    # which layers slide where config.json names no layer_types, as the family's transformers config builds them:
+    # "all" | "from_max_window" (layers from max_window_layers on) |
+    # "odd_below_max_window" (layers 0, 2, 4... below max_window_layers) | "pattern" (all but every
+    # sliding_window_pattern-th) | "alternate" (0, 2, 4...) | "no_rope" (the layers without RoPE)
+    slide: str = "all"
+    window_flag: bool = False  # the window applies only with use_sliding_window (the Qwen families, SmolLM3)
     native: bool = False  # floorline's native decode path runs it (dense, full attention; see native_refusal)
     sdpa: bool = True  # transformers runs it with PyTorch SDPA (gpt-oss: eager attention only, for its sinks)
 
 
 FAMILY: dict[str, Family] = {
-    "llama": Family("flag", native=True),
-    "mistral": Family("never", all_sliding=True, native=True),
-    "qwen2": Family("qkv", native=True),
-    "qwen3": Family("flag", qk_norm=True, native=True),
-    "smollm3": Family("flag"),  # RoPE on three layers of four (no_rope_layers): native applies it everywhere
-    "phi3": Family("never", all_sliding=True),  # fused qkv_proj and gate_up_proj: the same bytes; partial RoPE
-    "gemma3_text": Family("flag", qk_norm=True, layer_norms=4),  # pre/post attention and MLP norms; GeGLU
-    "qwen2_moe": Family("qkv", moe="qwen"),  # with a shared expert and its one-output gate
-    "qwen3_moe": Family("flag", qk_norm=True, moe="qwen"),
-    "mixtral": Family("never", moe="mixtral", all_sliding=True),
-    "gpt_oss": Family("flag", sinks=True, moe="gpt_oss", expert_bias=True, sdpa=False),
+    "llama": Family("flag", native=True),  # no window in its attention, but transformers' cache applies one if set
+    "mistral": Family("never", slide="all", native=True),
+    "qwen2": Family("qkv", slide="from_max_window", window_flag=True, native=True),
+    "qwen3": Family("flag", qk_norm=True, slide="from_max_window", window_flag=True, native=True),
+    # RoPE on three layers of four (no_rope_layers): native applies it everywhere; the window on the others
+    "smollm3": Family("flag", slide="no_rope", window_flag=True),
+    "phi3": Family("never", slide="all"),  # fused qkv_proj and gate_up_proj: the same bytes; partial RoPE
+    "gemma3_text": Family("flag", qk_norm=True, layer_norms=4, slide="pattern"),  # pre/post attention, MLP norms; GeGLU
+    # with a shared expert and its one-output gate
+    "qwen2_moe": Family("qkv_flag", moe="qwen", slide="odd_below_max_window", window_flag=True),
+    "qwen3_moe": Family("flag", qk_norm=True, moe="qwen", slide="all", window_flag=True),
+    "mixtral": Family("never", moe="mixtral", slide="all"),
+    "gpt_oss": Family("flag", sinks=True, moe="gpt_oss", expert_bias=True, slide="alternate", sdpa=False),
 }
+# What the family's transformers config class (5.x) assumes where a config.json leaves a key out, for the keys that
+# decide how far a step reads the cache: the window (when it applies) and the max position (a window at or past it
+# never slides). tests/test_families.py checks them against the installed transformers.
+WINDOW_DEFAULT = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "gemma3_text": 4096, "qwen2_moe": 4096,
+                  "qwen3_moe": 4096, "gpt_oss": 128}
+MAX_POS_DEFAULT = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "qwen3": 32768, "smollm3": 32768, "phi3": 4096,
+                   "gemma3_text": 131072, "qwen2_moe": 32768, "qwen3_moe": 32768, "mixtral": 131072, "gpt_oss": 131072}
+MAX_WINDOW_LAYERS_DEFAULT = 28  # Qwen2's, Qwen3's and Qwen2-MoE's
 FAMILIES = tuple(FAMILY)
 EXPERT_FORMATS = ("bf16", "mxfp4")  # how a published checkpoint stores the routed experts
 
@@ -138,35 +154,49 @@ def native_refusal(a: Arch) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ reading config.json
+# Gemma3TextConfig's defaults for the keys the accounting reads. A Gemma 3 checkpoint's text_config names only what
+# differs from them (google/gemma-3-4b-it's: hidden and intermediate size, layers, window, RoPE scaling), and
+# transformers builds the decoder with the rest; tests/test_families.py checks them against the installed transformers.
+GEMMA3_TEXT_DEFAULTS = {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208,
+                        "max_position_embeddings": 131072, "sliding_window": 4096, "tie_word_embeddings": True,
+                        "attention_bias": False, "rms_norm_eps": 1e-6}
+
+
 def _text_config(cfg: dict) -> dict:
-    """A multimodal config (Gemma 3's model_type "gemma3") decodes with its text_config: the vision tower is not read
-    by a decode step."""
+    """A multimodal config (Gemma 3's model_type "gemma3") decodes with its text_config, Gemma3TextConfig's defaults
+    filling what it leaves out: the vision tower is not read by a decode step."""
     if cfg.get("model_type") == "gemma3" and isinstance(cfg.get("text_config"), dict):
-        return {"model_type": "gemma3_text", **cfg["text_config"]}
+        return {**GEMMA3_TEXT_DEFAULTS, **cfg["text_config"], "model_type": "gemma3_text"}
     return cfg
 
 
 def _sliding(cfg: dict, fam: Family, layers: int) -> tuple[int | None, tuple[bool, ...]]:
-    """(window, per-layer sliding flags) as transformers builds the attention masks."""
-    window = cfg.get("sliding_window")
-    if cfg.get("model_type", "").startswith("qwen") and not cfg.get("use_sliding_window"):
-        window = None  # Qwen configs carry a window they do not use unless use_sliding_window
-    if not window or window >= cfg.get("max_position_embeddings", 4096):  # Phi-4-mini's 262144: no layer ever slides
-        return None, ()
+    """(window, per-layer sliding flags) as transformers builds the cache and the attention masks: the config's
+    layer_types where it names them, else the family's rule (Family.slide)."""
+    family = cfg["model_type"]
+    if fam.window_flag and not cfg.get("use_sliding_window"):
+        return None, ()  # Qwen configs carry a window they do not use unless use_sliding_window
+    window = cfg.get("sliding_window", WINDOW_DEFAULT.get(family))
+    if not window or window >= cfg.get("max_position_embeddings", MAX_POS_DEFAULT[family]):
+        return None, ()  # Phi-4-mini's 262144: no layer ever slides
     types = cfg.get("layer_types")
-    if types:
-        flags = tuple(t == "sliding_attention" for t in types)
-    elif cfg.get("model_type") == "gemma3_text":  # older configs: every sliding_window_pattern-th layer is full
-        pattern = cfg.get("sliding_window_pattern", 6)
-        flags = tuple(bool((i + 1) % pattern) for i in range(layers))
-    elif cfg.get("model_type", "").startswith("qwen"):  # layers from max_window_layers on slide
-        flags = tuple(i >= cfg.get("max_window_layers", layers) for i in range(layers))
-    elif fam.all_sliding:
-        flags = (True,) * layers
-    else:
-        raise UserError(f"config has sliding_window {window} but no layer_types saying which layers slide; add them")
     if any(t not in ("sliding_attention", "full_attention") for t in types or ()):
         raise UserError(f"layer_types {sorted(set(types))}: only sliding_attention and full_attention are accounted")
+    for what, t in (("layer_types", types), ("no_rope_layers", cfg.get("no_rope_layers"))):
+        if t and len(t) != layers:
+            raise UserError(f"config.json's {what} names {len(t)} layers, num_hidden_layers {layers}; fix one of them")
+    if types:
+        flags = tuple(t == "sliding_attention" for t in types)
+    else:
+        below = cfg.get("max_window_layers", MAX_WINDOW_LAYERS_DEFAULT)
+        rope = cfg.get("no_rope_layers") or [int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0)
+                                             for i in range(layers)]  # SmolLM3: 1 = the layer has RoPE
+        pattern = cfg.get("sliding_window_pattern", 6)
+        rule = {"all": lambda i: True, "from_max_window": lambda i: i >= below,
+                "odd_below_max_window": lambda i: i % 2 == 0 and i < below,
+                "pattern": lambda i: bool((i + 1) % pattern), "alternate": lambda i: i % 2 == 0,
+                "no_rope": lambda i: not rope[i]}[fam.slide]
+        flags = tuple(rule(i) for i in range(layers))
     return (int(window), flags) if any(flags) else (None, ())
 
 
@@ -193,6 +223,21 @@ def _moe(cfg: dict, fam: Family, layers: int) -> dict:
     return kw
 
 
+# sizes a config.json gives as integers: at least 1, or (the second set) at least 0 where 0 means none
+POSITIVE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+            "max_position_embeddings", "num_experts", "num_local_experts", "num_experts_per_tok", "experts_per_token",
+            "moe_intermediate_size", "decoder_sparse_step", "sliding_window_pattern", "no_rope_layer_interval")
+NON_NEGATIVE = ("intermediate_size", "sliding_window", "max_window_layers", "shared_expert_intermediate_size")
+
+
+def _check_sizes(cfg: dict, name: str) -> None:
+    for keys, low in ((POSITIVE, 1), (NON_NEGATIVE, 0)):
+        for k in keys:
+            v = cfg.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+                raise UserError(f"{name}: config.json's {k} is {v!r}, not an integer >= {low}; fix that field")
+
+
 def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int | None = None) -> Arch:
     """An `Arch` from a transformers config.json dict (any model_type of FAMILY). The dict is kept (`config`) so the
     same transformers config can be built from it."""
@@ -202,6 +247,7 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int 
         raise UserError(f"{name}: model_type {family!r} is not supported; supported: {', '.join(FAMILIES)} (a model "
                         f"of another type has no byte accounting here: open an issue with its config.json)")
     fam = FAMILY[family]
+    _check_sizes(cfg, name)
     if family in ("qwen3", "qwen3_moe", "gemma3_text", "gpt_oss") and "head_dim" not in cfg:
         # their config classes default head_dim to a constant, not hidden / heads: do not guess which
         raise UserError(f"{name}: config.json lacks 'head_dim' ({family} does not derive it); give the full config")
@@ -217,6 +263,7 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int 
         theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
         scaling = rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None
         flag_bias = fam.attention_bias == "flag" and bool(cfg.get("attention_bias", family == "gpt_oss"))
+        qkv_bias = fam.attention_bias == "qkv" or (fam.attention_bias == "qkv_flag" and bool(cfg.get("qkv_bias", True)))
         window, sliding = _sliding(cfg, fam, layers)
         moe = _moe(cfg, fam, layers)
         intermediate = cfg.get("intermediate_size", 0) if moe and fam.moe == "qwen" else cfg["intermediate_size"]
@@ -224,8 +271,8 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int 
             name=name, family=family, hidden=hidden, intermediate=intermediate, layers=layers, heads=heads,
             kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=cfg.get("head_dim") or hidden // heads,
             vocab=cfg["vocab_size"], tied=bool(cfg.get("tie_word_embeddings", family in ("gemma3_text", "smollm3"))),
-            qkv_bias=fam.attention_bias == "qkv" or flag_bias, o_bias=flag_bias,
-            max_pos=cfg.get("max_position_embeddings", 4096), rope_theta=float(theta),
+            qkv_bias=qkv_bias or flag_bias, o_bias=flag_bias,
+            max_pos=cfg.get("max_position_embeddings", MAX_POS_DEFAULT[family]), rope_theta=float(theta),
             rms_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_scaling=scaling, path=path, params=params,
             window=window, sliding=sliding, config=dict(cfg), **moe,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import textwrap
 from pathlib import Path
 
 from floorline.core.errors import UserError
@@ -66,7 +67,8 @@ def _get(repo: str, filename: str, allowed: bool, what: str) -> Path:
 
 
 def _first(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    """The error's first line, at most 160 characters, cut at a word (never mid-word)."""
+    return textwrap.shorten((str(e).strip().splitlines() or [type(e).__name__])[0], 160, placeholder=" ...")
 
 
 def _cache_dir() -> str:

@@ -47,26 +47,70 @@ def append(path: str | os.PathLike, records: list[dict]) -> None:
 
 
 def torn_tail(data: bytes) -> tuple[int, str | None]:
-    """The torn-tail rule: a last line that is not a complete JSON record (a write killed half-way) is not part of the
-    file. Returns (bytes that are the file's records, why the rest was dropped or None). A complete last record that
-    lacks only its newline is kept. Lines before the last are left to parse(), where a bad one is an error."""
-    head, _, tail = data.rpartition(b"\n")
-    if not tail.strip():  # the file ends with a newline: its last line is the one before it
-        body = head
-        last_start = body.rfind(b"\n") + 1
-        last = body[last_start:]
-        if not last.strip():
-            return len(data), None
-        try:
-            json.loads(last)
-            return len(data), None
-        except json.JSONDecodeError:
-            return last_start, "the last line is not a complete record"
+    """The torn-tail rule: a last line that lacks its newline, starts as every record does ("{") and is not a complete
+    JSON record is a write killed half-way (append writes each record and its newline at once, the newline last), not
+    part of the file. Returns (bytes that are the file's records, why the rest was dropped or None). A complete last
+    record that lacks only its newline is kept; any other line is left to parse(), where a bad one is an error (never
+    dropped: it may be a line of somebody's file given as --output by mistake)."""
+    tail = data.rpartition(b"\n")[2]
+    if not tail.strip() or not tail.lstrip().startswith(b"{"):
+        return len(data), None
     try:
         json.loads(tail)
         return len(data), None
     except json.JSONDecodeError:
         return len(data) - len(tail), f"the last line is truncated ({len(tail)} bytes, a killed write)"
+
+
+def prepare(path: str | os.PathLike, warn=lambda m: None, repair: bool = True, write: bool = True) -> list[dict]:
+    """The records already in a file that new records will be appended to, read and checked before anything is
+    measured or changed: a file with a line that is not a floorline record, or (write) a path that cannot be written,
+    is one line (UserError) and the file is left as it was. Then (repair) a torn last line (torn_tail: a killed write)
+    is cut from the file with a warning, and a complete last record without its newline gets one, so the next append
+    starts its own line; without repair the torn line is only warned of and left out."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            raise UserError(f"{path}: is a folder; give a file path for the JSON-lines records")
+        data = p.read_bytes() if p.exists() else b""
+    except OSError as e:
+        raise UserError(f"{path}: cannot read it ({e.strerror}); give a readable file path") from None
+    good_end, why = torn_tail(data)
+    recs = parse(data[:good_end].decode("utf-8", errors="replace"), str(path))
+    if why:
+        warn(f"{path}: {why}; " + ("discarded" if repair else "left out"))
+    if write:
+        writable(path)
+    fix = repair and (why or (data and not data.endswith(b"\n")))
+    if fix:
+        try:
+            with open(p, "r+b") as f:
+                if why:
+                    f.truncate(good_end)
+                else:
+                    f.seek(0, os.SEEK_END)
+                    f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise UserError(f"{path}: cannot repair its last line ({e.strerror}); give a writable file") from None
+    return recs
+
+
+def writable(path: str | os.PathLike) -> None:
+    """A file that records can be appended to (its folder made if missing), known now rather than after a long
+    measurement; one line (UserError) if not."""
+    p = Path(path)
+    try:
+        if p.exists():
+            if not os.access(p, os.W_OK):
+                raise PermissionError(13, "Permission denied")
+            return
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(p.parent, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise UserError(f"{path}: cannot write there ({e.strerror}); give a writable file path") from None
 
 
 def read(path: str | os.PathLike, drop_torn_tail: bool = False) -> list[dict]:

@@ -51,8 +51,12 @@ BY_KEY = {g.key: g for g in GPUS}
 
 
 def lookup(key: str) -> GpuSpec:
-    """A spec by its --gpu key (case-insensitive); a device name such as 'NVIDIA L4' also works."""
-    g = BY_KEY.get(key.lower()) or detect(key)
+    """A spec by its --gpu key (case-insensitive), or the start of one key alone ('rtx-40'); a device name such as
+    'NVIDIA L4' also works. A start that several keys share ('a100', 'h100') is one line naming them."""
+    starts = [k for k in BY_KEY if k.startswith(key.lower())]
+    if key.lower() not in BY_KEY and len(starts) > 1:
+        raise UserError(f"--gpu {key!r} names {len(starts)} GPUs ({', '.join(starts)}); give one of them")
+    g = BY_KEY.get(key.lower()) or (BY_KEY[starts[0]] if starts else detect(key))
     if g is None:
         raise UserError(f"unknown GPU {key!r}; known: {', '.join(BY_KEY)}")
     return g

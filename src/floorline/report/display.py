@@ -31,11 +31,14 @@ COLUMNS = [
     ("J/token", "energy_j_per_token", "{:.3f}"),
     ("valid", "valid", "{}"),
 ]
-# the columns an 80-column terminal gets (floor and % at the measured bandwidth, which every record has)
+# the columns an 80-column terminal gets: floor and % at the measured bandwidth, which every measured record has (an
+# imported one, measured elsewhere, has the datasheet's: NARROW_PEAK)
 NARROW = [("model", "model", "{}"), ("ctx", "ctx", "{}"), ("mode", "mode", "{}"),
           ("ms/step", "step_ms_median", "{:.3f}"), ("floor ms", "floor_ms_measured", "{:.3f}"),
           ("% floor", "fraction_of_floor_measured", "{:.1%}"), ("GB/s", "achieved_gbps", "{:.0f}"),
           ("valid", "valid", "{}")]
+NARROW_PEAK = [c if c[1] not in ("floor_ms_measured", "fraction_of_floor_measured") else
+               (c[0], c[1].replace("measured", "peak"), c[2]) for c in NARROW]
 LEFT = {"model", "mode", "backend", "library", "cell", "status", "name", "family", "component", "gpu", "kernel",
         "--gpu", "device", "memory", "source", "note", "order", "GPU", "comparison", "dtype"}
 
@@ -104,8 +107,10 @@ def run_table(records: list[dict], wide: bool | None = None, columns: int | None
     full = table([h for h, _, _ in COLUMNS], rows(records), title)
     if wide or (wide is None and (columns is None or width(full) <= columns)):
         return full
-    return table([h for h, _, _ in NARROW], rows(records, NARROW),
-                 title + "; floor and % at the measured bandwidth (--wide: every column)")
+    peak = not any(r.get("floor_ms_measured") for r in records) and any(r.get("floor_ms_peak") for r in records)
+    return table([h for h, _, _ in NARROW], rows(records, NARROW_PEAK if peak else NARROW),
+                 title + f"; floor and % at the {'datasheet peak' if peak else 'measured bandwidth'} (--wide: every "
+                         f"column)")
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:

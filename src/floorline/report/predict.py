@@ -416,6 +416,7 @@ def predict(cal: Calibration, arch: Arch, ctx: int, gpu: specs.GpuSpec, mode: st
         "calibration_n_records": cal.n_records, "calibration_gpus": list(cal.gpus),
         "overhead_fitted": cal.overhead_fitted, "caveat": CAVEAT.format(gpu=gpu.name),
         "tp": tp_size, "allreduce_count": ar_count, "allreduce_us": allreduce_us, "allreduce_term_ms": allreduce_ms,
+        "floor_moe_top_k": bool(arch.experts),  # a MoE's floor counts the top-k routed experts (either convention)
     }
 
 
@@ -451,6 +452,8 @@ def _predict_endpoint(cal: Calibration, arch: Arch, ctx: int, gpu: specs.GpuSpec
 def format_prediction(pred: dict) -> str:
     p = pred
     conv = "strict floor" if p["convention"] == "strict" else "paper floor: all parameter bytes + KV read"
+    if p.get("floor_moe_top_k") and p["convention"] == "paper":  # what a MoE step reads, not `floor --convention paper`
+        conv = "paper floor: all parameter bytes but the experts not routed to (the top-k a layer) + KV read"
     k = "-" if p["kernels_per_step"] is None else f"{p['kernels_per_step']:.0f}"
     launch = (f"{k} kernels x {p['launch_us_per_kernel']:.2f} us = {p['launch_term_ms']:.2f} ms"
               if p["mode"] in HOST_MODES else "0 (a server's own time per token is inside its eta and fixed time)"

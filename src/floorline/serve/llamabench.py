@@ -12,6 +12,7 @@ May not run llama.cpp.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from pathlib import Path
 
@@ -42,7 +43,23 @@ def read_rows(path: str | Path) -> list[dict]:
         missing = [k for k in NEEDED if not isinstance(r, dict) or k not in r]
         if missing:
             raise UserError(f"{path}: row {i} lacks {', '.join(missing)}: not llama-bench output (-o json / jsonl)")
+        bad = [k for k in ("model_size", "model_n_params") if not _count(r[k], 1)]
+        bad += [k for k in ("n_prompt", "n_gen", "n_depth") if k in r and not _count(r[k], 0)]
+        if not isinstance(r["samples_ns"], list) or not r["samples_ns"] or not all(
+                _number(s) and s > 0 for s in r["samples_ns"]):
+            bad.append("samples_ns")
+        if bad:
+            raise UserError(f"{path}: row {i}: {', '.join(f'{k} {r[k]!r}' for k in bad)} (counts >= 0, sizes >= 1, "
+                            f"samples > 0 ns): not llama-bench output as it writes it; repair or drop that row")
     return data
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _count(v, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
 
 
 def _device(r: dict) -> tuple[str, str]:

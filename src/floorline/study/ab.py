@@ -254,6 +254,8 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         raise UserError("--a and --b are the same configuration; give two different arms")
     if cfg.sessions < 1:
         raise UserError(f"--sessions must be >= 1, got {cfg.sessions}")
+    if cfg.timeout_s is not None and not cfg.timeout_s > 0:
+        raise UserError(f"--timeout must be positive seconds, got {cfg.timeout_s}")
     if cfg.resamples < 100:
         raise UserError(f"--resamples must be >= 100 for a percentile interval, got {cfg.resamples}")
     if len(cfg.base.ctxs) != 1:
@@ -274,7 +276,8 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
     if cfg.a.endpoint and (cfg.a.endpoint, cfg.a.served) == (cfg.b.endpoint, cfg.b.served):
         raise UserError(f"--a and --b are the same server and model ({cfg.a.label}); give two different arms")
     key = cfg.key()
-    done = completed_sessions(resume.load(output, log), key)
+    have = resume.load(output, log)
+    done = completed_sessions(have, key)
     if done:
         log(f"resuming: {len(done)} of {cfg.sessions} sessions already in {output}")
     failures = []
@@ -295,7 +298,10 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         raise UserError(f"no session finished both arms ({'; '.join(failures)[:400]}); try `floorline run` with "
                         f"the same options to see the error")
     summary = summarize(cfg, key, done, failures)
-    records.append(output, [summary])
+    same = [r for r in have if r.get("kind") == "ab_summary" and r.get("ab_key") == key
+            and r.get("sessions") == summary["sessions"] and r.get("bootstrap_resamples") == cfg.resamples]
+    if jobs or not same:  # a finished A/B run again reprints its summary; the file has it already
+        records.append(output, [summary])
     return summary
 
 

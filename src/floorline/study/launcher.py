@@ -23,6 +23,7 @@ from typing import Callable
 from floorline.bench.config import RunConfig
 from floorline.core import records
 from floorline.serve.endpoint import EndpointConfig
+from floorline.study.worker import PARENT_ENV
 
 STDERR_TAIL_LINES = 8
 
@@ -70,7 +71,8 @@ def run_spec(spec: str, ranks: int = 1, timeout_s: float | None = None, env: dic
                 dest = out if r == 0 else Path(d) / f"records.rank{r}.jsonl"
                 procs.append(subprocess.Popen([sys.executable, "-m", "floorline.study.worker", spec, str(dest)],
                                               stdout=subprocess.DEVNULL, stderr=err, text=True,
-                                              start_new_session=True, env={**os.environ, **(env or {}), **extra}))
+                                              start_new_session=True,
+                                              env={**os.environ, **(env or {}), **extra, PARENT_ENV: str(os.getpid())}))
                 if on_start:
                     on_start(procs[-1])
             why = _wait_all(procs, timeout_s)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from floorline import quant
+from floorline.bench import runtimes
 from floorline.bench.config import RunConfig, expand_modes, validate, weight_format
 from floorline.bench.device import resolve_device
 from floorline.core import floor, published, zoo
@@ -22,9 +23,6 @@ from floorline.core.errors import UserError
 from floorline.report import quantrows
 from floorline.study import resume
 from floorline.study.resume import Cell, cell_key, device_kind
-
-DEFAULT_MODES = ["eager", "graph"]
-
 
 @dataclass
 class BackendRun:
@@ -76,7 +74,8 @@ def plan(cfg: QuantConfig, have: list[dict]) -> list[BackendRun]:
         names.insert(0, "bf16")  # every speed-up is against it
     a = zoo.resolve(cfg.base.model)
     device = resolve_device(cfg.base.device)
-    modes = expand_modes(cfg.base.modes or DEFAULT_MODES, device, native=False)  # `all`: every backend's
+    # no modes: the device's pair (runtimes.study_modes); `all`: every backend's
+    modes = expand_modes(cfg.base.modes or runtimes.study_modes(device.type), device, native=False)
     base = replace(cfg.base, device=str(device) if cfg.base.device == "auto" else cfg.base.device, modes=modes)
     cells, chains = _done([] if cfg.rerun else have)
     jobs = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from floorline.bench import system
@@ -80,27 +79,10 @@ def done_keys(have: list[dict], *, valid_only: bool = False) -> set[tuple]:
 
 # ------------------------------------------------------------------------------------------------- results file
 def load(path: str | os.PathLike, warn: Callable[[str], None] = lambda m: None, repair: bool = True) -> list[dict]:
-    """Records already in the results file. A torn last line (records.torn_tail: a kill mid-write) is discarded with
-    a warning and (repair=True) cut from the file, so its cell runs again; a corrupt line before the last is an error.
-    A complete last record without its newline gets one (repair=True), so the next append starts its own line."""
-    p = Path(path)
-    if not p.exists():
-        return []
-    data = p.read_bytes()
-    good_end, why = records.torn_tail(data)
-    if why:
-        warn(f"{path}: {why}; discarded, its cell reruns")
-    if repair and good_end < len(data):
-        with open(p, "r+b") as f:
-            f.truncate(good_end)
-            f.flush()
-            os.fsync(f.fileno())
-    elif repair and data and not data.endswith(b"\n"):
-        with open(p, "ab") as f:
-            f.write(b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-    return records.parse(data[:good_end].decode("utf-8"), str(p))
+    """Records already in the results file (records.prepare: checked first, then a torn last line, a kill mid-write,
+    cut from the file with a warning, so its cell runs again; repair=False changes nothing). Whether the file can be
+    written is asked when there is something to append (records.writable): a finished study reads a read-only file."""
+    return records.prepare(path, lambda m: warn(f"{m}, its cell reruns" if repair else m), repair, write=False)
 
 
 # ---------------------------------------------------------------------------------------------- failure records
@@ -196,4 +178,5 @@ def run(output: str | os.PathLike, jobs: list[Job], timeout_s: float | None = No
         finished(job, recs)
 
     if jobs:
+        records.writable(output)  # known before the first process starts, not when its record is due
         executor(jobs, timeout_s, sink, started)

@@ -9,6 +9,7 @@ loses only the cells in flight.
 from __future__ import annotations
 
 import queue
+import signal
 import subprocess
 import threading
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ from typing import Callable, Iterable
 import torch
 
 from floorline import quant
-from floorline.bench import system
+from floorline.bench import runtimes, system
 from floorline.bench.config import RunConfig, expand_modes, memory_need, validate, weight_format, with_defaults
 from floorline.bench.device import resolve_device
 from floorline.core import floor, tp, zoo
@@ -28,16 +29,17 @@ from floorline.study.resume import Cell, Job, Sink, device_kind, execute
 
 DEFAULT_MODELS = ["qwen2.5-7b", "llama-3.1-8b", "mistral-7b-v0.3"]  # the study's trio
 DEFAULT_CTXS = [2048, 4096, 8192, 16384]
-DEFAULT_MODES = ["eager", "graph"]
 
 
-def plan(models_: list[str], ctxs: list[int], modes: list[str], base: RunConfig) -> list[Cell]:
-    """Every cell of the grid, in model -> ctx -> mode order. Bad models, modes or options fail here, before any run."""
-    if not models_ or not ctxs or not modes:
+def plan(models_: list[str], ctxs: list[int], modes: list[str] | None, base: RunConfig) -> list[Cell]:
+    """Every cell of the grid, in model -> ctx -> mode order (modes None: the device's pair, runtimes.study_modes).
+    Bad models, modes or options fail here, before any run."""
+    if not models_ or not ctxs or modes == []:
         raise UserError("the grid is empty: give --models, --ctx and --modes")
     archs = {m: zoo.resolve(m) for m in models_}
     device = resolve_device(base.device) if base.device != "auto" else None
     kind = device.type if device else ("cuda" if _cuda_visible() else "cpu")
+    modes = runtimes.study_modes(kind) if modes is None else modes
     base = with_defaults(replace(base, device=base.device if base.device != "auto" else kind,
                                  quant=quant.canonical(base.quant)), kind)
     if min(ctxs) <= 0:
@@ -139,8 +141,12 @@ def run_ray(jobs: list[Job], address: str, timeout_s: float | None, sink: Sink,
     except ImportError:
         raise UserError("--ray needs Ray: pip install 'floorline[ray]'") from None
     if not ray.is_initialized():
+        main = threading.current_thread() is threading.main_thread()
+        term = signal.getsignal(signal.SIGTERM) if main else None
         ray.init(address=None if address in ("", "local") else address, log_to_driver=False,
                  include_dashboard=False, configure_logging=False)
+        if main and term is not None:  # Ray's own SIGTERM handler exits at once; the caller's takes the cells down
+            signal.signal(signal.SIGTERM, term)
     remote = ray.remote(_ray_job)
     pending = {}
     for j in jobs:

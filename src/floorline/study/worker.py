@@ -12,25 +12,33 @@ import os
 import signal
 import sys
 
-from floorline.bench.config import RunConfig
-from floorline.bench.measure import measure_cells
 from floorline.core import records
 from floorline.core.errors import UserError
-from floorline.serve.endpoint import EndpointConfig, measure_endpoint
+
+PARENT_ENV = "FLOORLINE_PARENT_PID"  # the launcher's pid, so a parent that died before the signal was armed is seen
 
 
 def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so a SIGKILLed sweep leaves no orphan running."""
+    """Ask Linux to SIGKILL this process when its parent dies, so a SIGKILLed sweep leaves no orphan running. Armed
+    before torch is imported (seconds); a parent already gone by then (this process re-parented) ends it at once."""
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: a killed parent may leave this child to finish its cell
-        pass
+        return
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):
+        os._exit(1)
 
 
 def main(argv: list[str]) -> int:
     die_with_parent()
+    # imported after the death signal is armed: torch's import alone takes seconds
+    from floorline.bench.config import RunConfig
+    from floorline.bench.measure import measure_cells
+    from floorline.serve.endpoint import EndpointConfig, measure_endpoint
+
     spec, out = json.loads(argv[0]), argv[1]
     try:
         if "allreduce" in spec:  # `floorline allreduce`: one record per backend

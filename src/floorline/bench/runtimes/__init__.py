@@ -25,6 +25,15 @@ def modes_for(device_type: str, native: bool = True) -> tuple[str, ...]:
                  if m != "native" or (native and RUNTIMES[m].available()))
 
 
+# The study's pair, eager against graph-captured; on the CPU, graph's counterpart without graphs (the static cache):
+# the default modes of `sweep` and `quant`.
+STUDY_MODES = {"cuda": ("eager", "graph"), "cpu": ("eager", "static")}
+
+
+def study_modes(device_type: str) -> list[str]:
+    return list(STUDY_MODES["cuda" if device_type == "cuda" else "cpu"])
+
+
 def get(mode: str, device_type: str) -> type[Runtime]:
     if mode not in RUNTIMES:
         raise UserError(f"unknown mode {mode!r}; use one of {', '.join(MODES)} or all")
