@@ -94,6 +94,28 @@ def test_run_appends(run_all, tmp_path):
     check_record(recs[-1], steps=2, warmup=0)
 
 
+def test_run_resume_runs_only_the_cells_the_file_lacks(tmp_path):
+    """A run killed after some cells: the same command with --resume measures the rest, once."""
+    out = tmp_path / "r.jsonl"
+    argv = ["run", "--model", "tiny-llama", "--ctx", "16,24", "--mode", "eager,static", "--device", "cpu", "--steps",
+            "2", "--warmup", "0", "--output", str(out), "--format", "json"]
+    rc, _, e = run_cli(argv)
+    assert rc == 0, e
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])  # killed while writing its third record
+    rc, o, e = run_cli([*argv, "--resume"])
+    assert rc == 0, e
+    assert "truncated" in e and "2 cell(s) to run" in e
+    assert [(r["ctx"], r["mode"]) for r in json.loads(o)] == [(24, "eager"), (24, "static")]
+    recs = records.read(out)
+    assert sorted((r["ctx"], r["mode"]) for r in recs) == [(16, "eager"), (16, "static"), (24, "eager"),
+                                                         (24, "static")]
+    rc, o, e = run_cli([*argv, "--resume"])
+    assert rc == 0 and "nothing to run" in e and records.read(out) == recs
+    rc, _, e = run_cli([*argv[:-4], "--resume"])
+    assert rc == 2 and "give --output" in e
+
+
 def test_run_several_contexts(tmp_path):
     rc, stdout, stderr = run_cli([*RUN[:3], "--ctx", "32,64", *RUN[5:], "--mode", "static", "--format", "json"])
     assert rc == 0, stderr

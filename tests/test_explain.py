@@ -1,6 +1,7 @@
 """explain: interval merging, and the table + PNG on the CPU (kernels are CPU ops there)."""
 
 import json
+import statistics
 
 import pytest
 
@@ -83,6 +84,9 @@ def test_explain_cpu_end_to_end(tmp_path, capsys):
         assert r["idle_gaps_ms"] == pytest.approx(r["wall_ms"] - r["gpu_busy_ms"])
         assert r["kernel_excess_ms"] == pytest.approx(r["gpu_busy_ms"] - r["floor_ms_measured"])
         assert r["floor_ms_measured"] == pytest.approx(r["floor_bytes"] / (r["measured_gbps"] * 1e9) * 1e3)
+        # the bandwidth printed above the table, with its raw samples (the best pattern's median)
+        assert r["measured_gbps"] == pytest.approx(statistics.median(r["bw_pattern_samples_gbps"][r["bw_pattern"]]))
+        assert r["bw_samples_gbps"] and set(r["bw_patterns_gbps"]) == set(r["bw_pattern_samples_gbps"])
         assert 0 < sum(k["share"] for k in r["top_kernels"]) <= 1.0 + 1e-9
         assert all(0 < k["ms_per_step"] <= k["span_ms_per_step"] + 1e-9 for k in r["top_kernels"])
         assert r["attention_ms"] > 0  # SDPA shows up as a CPU op

@@ -180,12 +180,12 @@ def _hub_dir(model: str, download: bool, need: str = "weights") -> str:
     return str(hub.snapshot(model, need, download)) if hub.is_hub_id(model) else model
 
 
-def _prepare_output(path: str | None) -> None:
-    """An --output file checked (and a torn last line repaired) before anything is measured: records.prepare."""
+def _prepare_output(path: str | None) -> list[dict]:
+    """An --output file checked (and a torn last line repaired) before anything is measured: records.prepare. Its
+    records ([] without --output)."""
     from floorline.core import records
 
-    if path:
-        records.prepare(path, lambda m: err.print(f"warning: {m}"))
+    return records.prepare(path, lambda m: err.print(f"warning: {m}")) if path else []
 
 
 def _out_dir(path: str) -> Path:
@@ -206,23 +206,44 @@ def cmd_run(args) -> int:
     from floorline.report import display
 
     cfg = _run_config(args, _names(args.mode))
-    _prepare_output(args.output)
+    have = _prepare_output(args.output)
+    runs = [cfg]
+    if args.resume:
+        if not args.output:
+            raise UserError("--resume skips the cells --output already holds; give --output")
+        runs = _runs_to_resume(cfg, have)
+        err.print(f"resuming: {len(have)} record(s) in {args.output}; " +
+                  (f"{sum(len(r.ctxs) * len(r.modes) for r in runs)} cell(s) to run" if runs else "nothing to run"))
     done: list[dict] = []
     with err.status(f"floorline run {cfg.model}") as status:
-        for rec in _tp_records(cfg, status) if cfg.tp > 1 else measure_cells(cfg, log=lambda s: status.update(s),
-                                                                              debug=args.debug):
+        for rec in (rec for c in runs for rec in (_tp_records(c, status) if c.tp > 1 else measure_cells(
+                c, log=lambda s: status.update(s), debug=args.debug))):
             done.append(rec)
             if args.output:
                 records.append(args.output, [rec])
             if rec.get("step_ms_median") is not None:
                 err.print(f"done: {rec['model']} ctx {rec['ctx']} {rec['mode']}: {rec['step_ms_median']:.3f} ms/step")
-    _print_records(args, done)
+    if done or args.format != "table":  # (a resumed run with nothing left prints no empty table)
+        _print_records(args, done)
     for line in display.notes(done):
         err.print(line)
     if args.output:
         err.print(f"{len(done)} record(s) appended to {args.output}")
     # a mode crashed, or the quantised model failed its check: exit 1 (the records say why)
     return 1 if any(str(r.get("reason") or "").startswith(("crash", "quant")) for r in done) else 0
+
+
+def _runs_to_resume(cfg, have: list[dict]) -> list:
+    """`run --resume`: the cells of `cfg` the records lack (their keys as sweep's resume has them), one config per
+    context with the modes it still needs."""
+    from dataclasses import replace
+
+    from floorline.study import resume, sweep
+
+    done = resume.done_keys(have)
+    todo = [c for c in sweep.plan([cfg.model], cfg.ctxs, cfg.modes, cfg) if c.key() not in done]
+    return [replace(cfg, ctxs=[ctx], modes=[c.mode for c in todo if c.ctx == ctx])
+            for ctx in dict.fromkeys(c.ctx for c in todo)]
 
 
 def _tp_records(cfg, status) -> list[dict]:
@@ -664,6 +685,8 @@ def build_parser() -> Parser:
     r.add_argument("--mode", default="all", help="eager, static, graph, compile, native, comma-separated, or all "
                                                       "(default)")
     r.add_argument("--output", help="append the records to this JSON-lines file")
+    r.add_argument("--resume", action="store_true", help="skip the cells --output already holds (a killed run goes "
+                                                         "on where it stopped)")
     r.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
     r.add_argument("--wide", action="store_true", help="every column of the table, however wide the terminal")
     r.set_defaults(fn=cmd_run)

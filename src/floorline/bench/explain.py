@@ -162,7 +162,10 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
         "schema_version": records.SCHEMA_VERSION, "kind": "explain", "model": ses.arch.name, "ctx": ctx,
         "mode": mode, "dtype": ses.cfg.dtype, "quant": ses.base["quant"], "device": str(ses.device),
         "device_name": ses.base["device_name"],
-        "measured_gbps": ses.base["measured_gbps"], "floor_bytes": strict.bytes, "profile_steps": k,
+        "measured_gbps": ses.base["measured_gbps"],  # and the bandwidth probe's samples, as a run's record keeps them
+        **{b: ses.base.get(b) for b in ("bw_samples_gbps", "bw_pattern", "bw_patterns_gbps",
+                                        "bw_pattern_samples_gbps")},
+        "floor_bytes": strict.bytes, "profile_steps": k,
         "wall_ms": wall_ms, "wall_samples_ms": wall, "gpu_busy_ms": busy_ms, "floor_ms_measured": floor_ms,
         "kernel_excess_ms": busy_ms - floor_ms, "idle_gaps_ms": wall_ms - busy_ms,
         "kernels_per_step": len(evs) / k, "host_enqueue_ms": statistics.median(host), "host_samples_ms": host,
