@@ -339,6 +339,7 @@ BAD_INPUT = {
     "mode empty": ([*RUN, "--mode", ""], ["--mode ''", "at least one"]),
     "sweep models empty": (["sweep", "--models", " ", "--ctx", "16", "--device", "cpu", "--dry-run"],
                            ["--models ' '", "at least one"]),
+    "allreduce hidden zero": (["allreduce", "--tp", "2", "--device", "cpu", "--hidden", "0"], ["--hidden"]),
     "ab timeout zero": (["ab", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--a", "eager", "--b",
                          "static", "--timeout", "0"], ["--timeout"]),
 }

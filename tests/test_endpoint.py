@@ -166,6 +166,12 @@ class Stub(http.server.BaseHTTPRequestHandler):
         return self._json(404, {"error": "not found"})
 
     def do_POST(self):
+        try:
+            self._post()
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up on a stream (the stall and bad modes)
+            pass
+
+    def _post(self):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         type(self).seen.append(("POST", self.path, dict(self.headers), body))
         if self.path == "/tokenize":
@@ -180,6 +186,10 @@ class Stub(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         for i in range(0, n, per):
             time.sleep(0.002)
+            if i == 2 and self.mode == "badjson":
+                self.wfile.write(b"data: {this is not json\n\n")
+            if i == 2 and self.mode == "stall":
+                time.sleep(3)
             k = min(per, n - i)
             chunk = {"id": "c", "object": "text_completion", "created": 0, "model": "stub",
                      "choices": [{"index": 0, "text": "ab"[:k], "finish_reason": None}]}
@@ -250,6 +260,8 @@ def test_stub_packed_events_are_detected(stub, tmp_path):
     ("http500", [], "HTTP 500"),
     ("vocab", [], "vocabulary of 4096"),
     ("ok", ["--bpw", "Q4_K_M"], "mixes several ggml types"),
+    ("badjson", [], "broke off after 2 event(s) (JSONDecodeError"),  # a chunk that is not JSON, mid-stream
+    ("stall", ["--timeout", "1"], "broke off after 2 event(s) (APITimeoutError"),  # tokens stop past --timeout
 ])
 def test_stub_bad_input_is_one_line_and_writes_nothing(stub, tmp_path, mode, args, want):
     Stub.mode = mode

@@ -45,6 +45,18 @@ def test_rows_per_backend_and_mode():
     assert by["int4-gemlite"]["status"] == "not run"
 
 
+def test_the_bf16_reference_is_a_one_gpu_run_of_floorlines_modes():
+    """A --tp 2 bf16 run, a server's or an imported llama-bench row of the same model and ctx is no reference: the
+    comparison takes the one-GPU bf16 record (it once took the last bf16 record of the mode, a tp split among them)."""
+    one = _cell("none", "eager", 2.153, 12e9)
+    recs = [one, _cell("nf4", "eager", 4.0, 4e9), {**_cell("none", "eager", 106.872, 12e9), "tp": 2},
+            {**_cell("none", "eager", 50.0, 12e9), "ab_key": "k"}]
+    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16", "nf4"])}
+    assert by["bf16"]["ms"] == 2.153 and by["nf4"]["speedup"] == pytest.approx(2.153 / 4.0)
+    assert not quantrows.comparable({**one, "mode": "llama-bench"}) and quantrows.comparable(one)
+    assert not quantrows.comparable({**one, "endpoint_url": "http://x"})
+
+
 def test_kernel_rows():
     recs = [{"kind": "kernels", "model": "m", "ctx": None, "mode": "kernels", "quant": q, "valid": True,
              "chain_ms_median": ms, "chain_bytes": b, "achieved_gbps": b / ms / 1e6, "fraction_of_floor_measured": 0.5}

@@ -190,7 +190,7 @@ def test_allreduce_latency_from_records(tmp_path):
     from floorline.study import allreduce
 
     f = tmp_path / "ar.jsonl"
-    v = {"schema_version": records.SCHEMA_VERSION, "kind": "allreduce", "tp": 2}
+    v = {"schema_version": records.SCHEMA_VERSION, "kind": "allreduce", "tp": 2, "device": "cuda"}
     records.append(f, [{**v, "valid": True, "backend": "nccl", "us_median": 13.2},
                        {**v, "valid": True, "backend": "symm", "us_median": 6.5},
                        {**v, "valid": False, "backend": "symm", "us_median": None}])
@@ -198,6 +198,10 @@ def test_allreduce_latency_from_records(tmp_path):
     assert allreduce.latency_from([str(f)], "nccl", 2) == (13.2, "nccl")
     with pytest.raises(UserError, match="floorline allreduce"):
         allreduce.latency_from([str(f)], tp=4)
+    cpu = tmp_path / "cpu.jsonl"  # gloo between CPU processes: no latency for a GPU's floor
+    records.append(cpu, [{**v, "device": "cpu", "valid": True, "backend": "gloo", "us_median": 1647.67}])
+    with pytest.raises(UserError, match="between CPU processes \\(gloo\\)"):
+        allreduce.latency_from([str(cpu)])
 
 
 def test_run_tp2_on_the_cpu_goes_through_the_launcher_one_process_per_rank(tmp_path):

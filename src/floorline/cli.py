@@ -420,6 +420,9 @@ def cmd_explain(args) -> int:
     d = _out_dir(args.out)
     with err.status("floorline explain") as status:
         rows = explain.explain(cfg, args.profile_steps, log=lambda m: status.update(m))
+    (d / "explain.jsonl").unlink(missing_ok=True)  # written before anything is printed (a closed pipe loses nothing)
+    records.append(d / "explain.jsonl", rows)
+    explain.stacked_bar_png(rows, str(d / "explain.png"))
     r0 = rows[0]
     out.print(display.table(display.EXPLAIN_HEADER, display.explain_rows(rows),
                             f"{r0['model']} on {r0['device_name']}: one decode step, {r0['measured_gbps']:.0f} GB/s "
@@ -432,9 +435,6 @@ def cmd_explain(args) -> int:
                                     f"by place in the layer (native: 1/2 q/k/v, 2/2 o, the MLP its own kernel; 1/1 "
                                     f"q/k/v where the merge is inside o; or mlp=gemv: 1/4 q/k/v, 2/4 o, 3/4 gate_up, "
                                     f"4/4 down; after: lm_head), {r['mode']} ctx {r['ctx']}"))
-    (d / "explain.jsonl").unlink(missing_ok=True)
-    records.append(d / "explain.jsonl", rows)
-    explain.stacked_bar_png(rows, str(d / "explain.png"))
     err.print(f"wrote {d / 'explain.jsonl'} and {d / 'explain.png'}")
     return 0
 
@@ -551,7 +551,9 @@ def cmd_allreduce(args) -> int:
     from floorline.study import allreduce
     from floorline.study.launcher import run_spec
 
-    hidden = args.hidden or zoo.resolve(args.model, need="config").hidden
+    if args.hidden is not None and args.hidden < 1:
+        raise UserError(f"--hidden must be a positive number of elements, got {args.hidden}")
+    hidden = args.hidden if args.hidden is not None else zoo.resolve(args.model, need="config").hidden
     cpu = args.device.startswith("cpu")
     backends = (_names(args.backends, "--backends") if args.backends is not None else
                 ["gloo"] if cpu else ["nccl", "symm"])

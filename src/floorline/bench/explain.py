@@ -12,7 +12,8 @@ the shares sum to GPU busy. Each kernel's span is kept beside it (span_ms_per_st
 times a layer is also split by its place in the layer (kernels_by_slot: mode native's one GEMV kernel serves q/k/v
 and o, in that order, then lm_head after the layers; the MLP is a kernel of its own, or with --native mlp=gemv
 the GEMV's gate_up and down after o).
-On the CPU the "kernels" are the leaf aten ops of the profile and "GPU busy" is the time inside them.
+On the CPU the "kernels" are the aten ops of the profile, each owning the time no op nested in it takes, and "GPU busy"
+is the time inside any of them.
 """
 
 from __future__ import annotations
@@ -95,9 +96,10 @@ def _device_events(prof, cuda: bool) -> list:
     evs = prof.events()
     if cuda:
         return [e for e in evs if e.device_type == DeviceType.CUDA]
-    # CPU: leaf aten ops (no aten children), so nested calls are not counted twice
-    return [e for e in evs if e.name.startswith("aten::") and not any(c.name.startswith("aten::")
-                                                                       for c in e.cpu_children)]
+    # CPU: every aten op. Busy is the union of their spans, and a stretch inside nested ops belongs to the innermost
+    # (_exclusive_us: the one that ends first): aten::mm owns its time, not the aten::linear around it. (Leaf ops
+    # alone missed aten::mm, whose aten::resolve_conj children made it no leaf: busy a tenth of the matmuls' time.)
+    return [e for e in evs if e.name.startswith("aten::")]
 
 
 def _attention_events(prof, evs: list, cuda: bool) -> list:
@@ -176,7 +178,7 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
                          "share": sum(o for o, _ in ds) / k / total_ms} for n, ds in top],
         "kernels_by_slot": [{"name": n, "slot": sl, "ms_per_step": sum(v) / k, "calls_per_step": len(v) / k,
                              "us_per_call": sum(v) / len(v) * 1e3} for (n, sl), v in by_slot.items()],
-        "busy_is": "GPU kernels and copies" if cuda else "leaf aten ops on the CPU",
+        "busy_is": "GPU kernels and copies" if cuda else "aten ops on the CPU",
         "timestamp": ses.base["timestamp"], "floorline_version": ses.base["floorline_version"],
         **{k: ses.base.get(k) for k in ("source_sha256", "kernel_sources_sha256", "git_sha")},
         **({k: v for k, v in ses.base.items() if k.startswith("native_")} if mode == "native" else {}), **chosen,

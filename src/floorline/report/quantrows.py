@@ -11,13 +11,21 @@ from __future__ import annotations
 from typing import Callable
 
 from floorline.core import published
+from floorline.core.modes import MODES
 from floorline.core.records import quant_label as label
+
+
+def comparable(r: dict) -> bool:
+    """A record the comparison takes: measured in floorline's own modes on one GPU (not a tensor-parallel split, a
+    server, an imported llama-bench row or an A/B session), whose time a one-GPU bf16 reference can stand beside."""
+    return (r.get("mode") in MODES and (r.get("tp") or 1) == 1 and not r.get("ab_key")
+            and not r.get("endpoint_url"))
 
 
 def _latest(recs: list[dict], kind: str, attn: str) -> dict:
     out = {}
-    for r in recs:  # later records win (a rerun, or a library installed since); A/B sessions are not rows
-        if ((r.get("kind") or "cell") == kind and not r.get("ab_key")
+    for r in recs:  # later records win (a rerun, or a library installed since)
+        if ((r.get("kind") or "cell") == kind and (kind != "cell" or comparable(r))
                 and (r.get("attn_implementation") or "sdpa") == attn):
             out[(r.get("model"), r.get("ctx"), r.get("mode"), label(r.get("quant")))] = r
     return out

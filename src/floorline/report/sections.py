@@ -161,13 +161,14 @@ def quant_section(doc: Document, recs: list[dict]) -> None:
             Text("Each backend against its own floor (its stored bytes at the measured bandwidth). Ideal "
                  "speed-up = bf16 floor bytes / its floor bytes; share of the ideal saving = (t_bf16 - t_q) / "
                  "(t_bf16 - t_bf16 x bytes_q / bytes_bf16), against the bf16 record of the same mode."))
-    groups = C.grouped([r for r in cells if r.get("ctx") is not None],
+    groups = C.grouped([r for r in cells if r.get("ctx") is not None and quantrows.comparable(r)],
                        lambda r: (C.device(r), r.get("model"), r.get("ctx")))
     for (dev, m, ctx), rs in groups:
         names = quantrows.backends_in(rs)
         if names == ["bf16"] or not names:
             continue
-        modes = sorted({r.get("mode") for r in rs}, key=C.mode_rank)
+        # the modes some quantised backend ran in (not every mode a bf16 run happened to measure)
+        modes = sorted({r.get("mode") for r in rs if quantrows.label(r.get("quant")) != "bf16"}, key=C.mode_rank)
         doc.add(Heading(2, f"{dev}, {_where(m, ctx)}"),
                 Table(display.QUANT_HEADER, display.quant_rows(quantrows.rows(rs, m, ctx, modes, names))))
         chains = [r for r in C.of_kind(recs, "kernels") if C.device(r) == dev and r.get("model") == m]

@@ -24,6 +24,7 @@ the server reported for the measured request, and the floor is counted at it.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -402,6 +403,16 @@ def stream_once(srv: Server, served: str, prompt: Prompt, cfg: EndpointConfig, s
     out = Stream(t0)
     resp = getattr(st, "response", None)
     out.content_type = resp.headers.get("content-type") if resp is not None else None
+    try:
+        _read_stream(st, out)
+    except (json.JSONDecodeError, srv.openai.APIError, OSError) as e:  # mid-stream: bad data, a stall past
+        # --timeout (APITimeoutError), a dropped connection
+        raise UserError(f"{clean_url(srv.url)}: the streamed completion broke off after {len(out.events)} event(s) "
+                        f"({type(e).__name__}: {_first_line(e)}); check the server, or raise --timeout") from None
+    return out
+
+
+def _read_stream(st, out: Stream) -> None:
     with st:
         for chunk in st:  # the library parses SSE; each chunk is stamped as it is handed over
             t = time.perf_counter_ns()
@@ -414,7 +425,6 @@ def stream_once(srv: Server, served: str, prompt: Prompt, cfg: EndpointConfig, s
                 out.prompt_tokens = getattr(usage, "prompt_tokens", out.prompt_tokens)
                 out.completion_tokens = getattr(usage, "completion_tokens", out.completion_tokens)
             out.finish = finish or out.finish
-    return out
 
 
 def token_events(s: Stream) -> tuple[list[int], list[int], bool]:

@@ -92,6 +92,11 @@ def latency_from(paths: list[str], backend: str | None = None, tp: int | None = 
         want = " ".join(x for x in (backend and f"backend {backend}", tp and f"tp {tp}") if x)
         raise UserError(f"no valid all-reduce records{' for ' + want if want else ''} in {', '.join(paths)}; "
                         f"measure them with `floorline allreduce --tp N --output FILE`")
-    last = {r["backend"]: r for r in recs}
+    gpu = [r for r in recs if str(r.get("device") or "").startswith("cuda")]
+    if not gpu:  # the floor and predict are of GPUs: gloo between CPU processes is no NVLink all-reduce
+        raise UserError(f"the all-reduce records in {', '.join(paths)} were measured between CPU processes "
+                        f"({', '.join(sorted({r['backend'] for r in recs}))}); a GPU's all-reduce must be measured "
+                        f"on GPUs: `floorline allreduce --tp N --output FILE` there, or give --allreduce-us")
+    last = {r["backend"]: r for r in gpu}
     best = min(last.values(), key=lambda r: r["us_median"])
     return float(best["us_median"]), best["backend"]
