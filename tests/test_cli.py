@@ -382,6 +382,12 @@ def test_an_output_that_is_not_a_results_file_is_one_line_before_anything_runs(a
     assert notes.read_text() == NOTES and o == ""
 
 
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="two GPUs here: the all-reduce would run")
+def test_allreduce_without_two_gpus_names_the_cpu_option(capsys):
+    rc = cli.main(["allreduce", "--tp", "2"])
+    assert_one_line_error(rc, capsys.readouterr().err, "--tp 2 needs 2 CUDA GPUs", "--device cpu")
+
+
 def test_out_of_memory_exits_2(monkeypatch, capsys):
     monkeypatch.setattr(models, "free_bytes", lambda device: 1000)
     rc = cli.main([*RUN, "--mode", "eager"])

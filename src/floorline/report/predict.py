@@ -33,7 +33,8 @@ here) are counted by reason and printed with the calibration, so a file whose en
 Kernels per step: K ~= a_mode * layers + b_mode. Measured on the H200 (results/h200/explain_qwen2.5-7b_ctx2048.jsonl,
 28 layers): eager 1312, static and graph 1543 (graph replays the captured static step). One model cannot split a from
 b, so b (the kernels outside the layers: embedding, rotary tables, final norm, lm_head, argmax, masks) takes the share
-the CPU profile shows: `floorline explain` leaf-op counts of tiny llama / qwen2 models at 2, 4 and 8 layers fit
+the CPU profile shows: `floorline explain` leaf-op counts (what it counted on the CPU then; every aten op since
+2026-12-04) of tiny llama / qwen2 models at 2, 4 and 8 layers fit
 102-108 ops per layer + 41 outside in eager, 115-121 + 66 in static (ratio b/a 0.38-0.40 and 0.55-0.57); the same
 ratio on the GPU gives b = 18 (eager) and 31 (static, graph), so a = (1312 - 18)/28 = 46.2 and (1543 - 31)/28 = 54.0.
 For the 7-8B models (28-32 layers) b barely matters (llama-3.1-8b eager: 1497 kernels vs 1499 if b = 0). Explain

@@ -45,6 +45,12 @@ def validate(cfg: AllReduceConfig) -> None:
     cpu = cfg.device.startswith("cpu")
     if cpu != (cfg.backends == ["gloo"]):
         raise UserError("on the CPU use --backends gloo; on GPUs nccl and/or symm")
+    if not cpu:
+        import torch
+
+        if torch.cuda.device_count() < cfg.tp:
+            raise UserError(f"--tp {cfg.tp} needs {cfg.tp} CUDA GPUs, {torch.cuda.device_count()} visible here; "
+                            f"between CPU processes use --device cpu (gloo)")
     if cfg.samples < 2 or cfg.per_sample < 1:
         raise UserError(f"need --samples >= 2 and --per-sample >= 1, got {cfg.samples} and {cfg.per_sample}")
 
