@@ -57,6 +57,21 @@ def test_the_bf16_reference_is_a_one_gpu_run_of_floorlines_modes():
     assert not quantrows.comparable({**one, "endpoint_url": "http://x"})
 
 
+def test_the_reports_quant_table_has_the_modes_a_quantised_backend_ran():
+    """bf16 measured in eager and static, nf4 in eager only: the table's rows are eager's, not a 'not run' row for
+    every backend in static; a tp split of the same cell is no row."""
+    from floorline.report import display, sections
+    from floorline.report.document import Document, Table
+
+    recs = [_cell("none", "eager", 8.0, 12e9), _cell("none", "static", 7.0, 12e9), _cell("nf4", "eager", 6.0, 4e9),
+            {**_cell("none", "eager", 100.0, 12e9), "tp": 2}]
+    doc = Document("t")
+    sections.quant_section(doc, recs)
+    (table,) = [b for b in doc.blocks if isinstance(b, Table) and b.header == display.QUANT_HEADER]
+    mode = display.QUANT_HEADER.index("mode")
+    assert [r[mode] for r in table.rows] == ["eager", "eager"] and "8.000" in str(table.rows)
+
+
 def test_kernel_rows():
     recs = [{"kind": "kernels", "model": "m", "ctx": None, "mode": "kernels", "quant": q, "valid": True,
              "chain_ms_median": ms, "chain_bytes": b, "achieved_gbps": b / ms / 1e6, "fraction_of_floor_measured": 0.5}

@@ -24,7 +24,6 @@ the server reported for the measured request, and the floor is counted at it.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -405,8 +404,8 @@ def stream_once(srv: Server, served: str, prompt: Prompt, cfg: EndpointConfig, s
     out.content_type = resp.headers.get("content-type") if resp is not None else None
     try:
         _read_stream(st, out)
-    except (json.JSONDecodeError, srv.openai.APIError, OSError) as e:  # mid-stream: bad data, a stall past
-        # --timeout (APITimeoutError), a dropped connection
+    except Exception as e:  # mid-stream, whatever the client library raises for it: data that is not JSON (or not
+        # UTF-8), a stall past --timeout, a dropped connection (openai >= 2 wraps the transport's errors, 1.x not)
         raise UserError(f"{clean_url(srv.url)}: the streamed completion broke off after {len(out.events)} event(s) "
                         f"({type(e).__name__}: {_first_line(e)}); check the server, or raise --timeout") from None
     return out
