@@ -18,6 +18,7 @@
 #               qwen2.5-0.5b:128:attn_kernel=cuda qwen3-8b:2048)
 #     explain   `floorline explain --mode native` (a step's kernels, busy against wall, per place in the layer) for
 #               EXPLAIN_CELLS, space-separated model:ctx[:quant] (default: the small models' cells and qwen3-8b's)
+# PACK=FILE.tgz: everything under $OUT packed into that one file at the end (the device machine returns 8 files a call)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu_check}
@@ -117,4 +118,5 @@ done
 for f in "$OUT"/explain/*.log; do  # each cell's line of the explain table: wall, busy, floor, kernels a step
   [ -f "$f" ] && echo "explain $(basename "$f" .log): $(grep -E "^ *[0-9]+ +native " "$f" | tr -s ' ')"
 done
+[ -n "${PACK:-}" ] && tar czf "$PACK" -C "$OUT" . && echo "packed $OUT into $PACK"
 exit 0
