@@ -441,9 +441,17 @@ def test_the_run_table_fits_80_columns_without_cutting_a_number(run_all):
     body = "\n".join(lines)
     for r in recs:  # the essential figures, whole
         for v in (f"{r['step_ms_median']:.3f}", f"{r['floor_ms_measured']:.3f}",
-                  f"{r['fraction_of_floor_measured']:.1%}", f"{r['achieved_gbps']:.0f}"):
+                  f"{r['fraction_of_floor_measured']:.1%}", display.gbps(r["achieved_gbps"])):
             assert v in body
     assert "p90 ms" not in body and "--wide" in body
+
+
+def test_a_tiny_bandwidth_keeps_its_figures(run_all):
+    """A tiny model on a CPU reaches a fraction of a GB/s: three significant figures, where it used to print 0."""
+    _, recs, _ = run_all
+    slow = [{**r, "achieved_gbps": 0.3124} for r in recs]
+    assert "0.312" in "\n".join(_render(display.run_table(slow, columns=80), 80))
+    assert [display.gbps(v) for v in (0.3124, 45.26, 4430.4)] == ["0.312", "45.3", "4430"]
 
 
 def test_the_80_column_table_of_records_measured_elsewhere_shows_the_datasheet_floor(run_all):

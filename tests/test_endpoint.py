@@ -176,6 +176,8 @@ class Stub(http.server.BaseHTTPRequestHandler):
         type(self).seen.append(("POST", self.path, dict(self.headers), body))
         if self.path == "/tokenize":
             return self._json(200, {"tokens": [(7 * i) % 2000 + 1 for i in range(len(body["content"].split()))]})
+        if self.mode == "chatonly" and self.path == "/v1/completions":
+            return self._json(404, {"detail": "Not Found"})
         if self.mode == "nostream":
             return self._json(200, {"choices": [{"text": "x", "index": 0, "finish_reason": "length"}],
                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
@@ -198,7 +200,7 @@ class Stub(http.server.BaseHTTPRequestHandler):
         usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n, "total_tokens": n}
         last = {"id": "c", "object": "text_completion", "created": 0, "model": "stub",
                 "choices": [{"index": 0, "text": "", "finish_reason": "stop" if self.mode == "early" else "length"}],
-                "usage": usage}
+                **({} if self.mode == "nousage" else {"usage": usage})}
         self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
         self.wfile.flush()
 
@@ -253,6 +255,24 @@ def test_stub_packed_events_are_detected(stub, tmp_path):
     assert rc == 0 and r["tokens_per_event_exact"] is False and r["token_events"] == 4
     assert r["tokens_per_event"] == [2.0] * 4 and len(r["itl_ms"]) == 6
     assert any("packs tokens" in w for w in r["warnings"]) and "packs tokens" in err
+
+
+def test_stub_chat_only_server_names_the_completions_endpoint(stub, tmp_path):
+    """A server without /v1/completions (chat only): one line naming the endpoint floorline needs."""
+    Stub.mode = "chatonly"
+    rc, recs, err = _stub_run(stub, tmp_path)
+    assert rc == 2 and not recs and "Traceback" not in err
+    assert "HTTP 404" in err and "/v1/completions (text completions, not chat)" in err
+
+
+def test_stub_without_usage_says_so_and_not_that_the_server_packs_tokens(stub, tmp_path):
+    """A server that sends no usage: one token an event, said in a warning; the packed-tokens warning used to fire."""
+    Stub.mode = "nousage"
+    rc, recs, err = _stub_run(stub, tmp_path)
+    r = recs[0]
+    assert rc == 0 and r["valid"] and r["completion_tokens"] == 8 and r["tokens_per_event"] == [1] * 8
+    assert any("reported no token usage" in w for w in r["warnings"])
+    assert not any("packs tokens" in w for w in r["warnings"]) and "packs tokens" not in err
 
 
 @pytest.mark.parametrize("mode, args, want", [

@@ -142,6 +142,12 @@ def test_floor_cli_counts_gpt_oss_experts_as_its_checkpoint_stores_them():
     assert mx["floor_bytes"] == floor.floor(a, 2048, experts=floor.expert_format("mxfp4")).bytes
 
 
+def test_floor_cli_refuses_experts_for_a_dense_model():
+    """--experts on a dense model used to be accepted and change nothing: now one line naming the fix."""
+    rc, out, err = run_cli(["floor", "--model", "qwen2.5-0.5b", "--ctx", "128", "--experts", "mxfp4"])
+    assert rc == 2 and "is dense: drop --experts" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-gpt-oss"])
 def test_full_length_sliding_cache_decodes_as_transformers_sliding_layers_do(name, cpu):
     """graph and compile hold sliding layers at the full cache length (the model's mask still applies the window):

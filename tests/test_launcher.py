@@ -18,6 +18,14 @@ def test_records_come_back_tagged():
     assert recs[0]["valid"] and recs[0]["step_ms_median"] > 0
 
 
+def test_a_childs_records_name_the_users_command(monkeypatch):
+    """A cell run in a child process records the command the user typed, not the worker's own command line."""
+    monkeypatch.setattr("sys.argv", ["/usr/bin/floorline", "sweep", "--models", "tiny-llama"])
+    monkeypatch.delenv("FLOORLINE_COMMAND", raising=False)
+    recs, why = launcher.run_fresh([RunConfig("tiny-llama", [16], ["eager"], **TINY)])
+    assert why is None and recs[0]["command"] == "floorline sweep --models tiny-llama"
+
+
 def test_bad_input_is_exit_2_with_the_childs_error_line():
     recs, why = launcher.run_fresh([RunConfig("gpt-5", [16], ["eager"], **TINY)])
     assert recs == [] and why.startswith("exit code 2: ") and "floorline: error: unknown model" in why

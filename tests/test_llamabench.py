@@ -55,6 +55,39 @@ def test_import_rows(path, tmp_path):
     assert "llama-bench" in stdout
 
 
+def test_import_twice_appends_the_rows_once(tmp_path):
+    """The same file imported again into the same --output: nothing appended, said; the ids are the rows' own, so
+    the same rows imported into another file are one record to `report` (a duplicate dropped with its note)."""
+    out, other = tmp_path / "lb.jsonl", tmp_path / "other.jsonl"
+    argv = ["import", str(JSON), "--model", "tiny-llama", "--gpu", "h200", "--output"]
+    assert run_cli(argv + [str(out)])[0] == 0
+    rc, _, err = run_cli(argv + [str(out)])
+    assert rc == 0 and "4 of 4 record(s) already in" in err and "0 record(s) appended" in err
+    assert len(read_jsonl_strict(out)) == 4
+    assert run_cli(argv + [str(other)])[0] == 0
+    assert [r["run_id"] for r in read_jsonl_strict(other)] == [r["run_id"] for r in read_jsonl_strict(out)]
+    assert len({r["run_id"] for r in read_jsonl_strict(out)}) == 4
+    # another GPU to judge the same rows against is another record
+    assert run_cli(["import", str(JSON), "--model", "tiny-llama", "--gpu", "l4", "--output", str(out)])[0] == 0
+    assert len(read_jsonl_strict(out)) == 8
+
+
+def test_a_report_of_rows_from_an_empty_cache_plots_them_without_a_warning(tmp_path):
+    """llama-bench's tg rows decode from depth 0: the ms-vs-context plot takes ctx 0 (it used to warn of a
+    non-positive limit on its log axis, and leave the point out)."""
+    import warnings
+
+    from floorline.report import load_results, write_report
+
+    out = tmp_path / "lb.jsonl"
+    assert run_cli(["import", str(JSON), "--model", "tiny-llama", "--gpu", "h200", "--output", str(out)])[0] == 0
+    records, _ = load_results([str(out)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        written = write_report(records, str(tmp_path / "rep"))
+    assert "ms_vs_context.png" in {p.name for p in written}
+
+
 def test_import_measures_here_when_asked(tmp_path):
     rc, stdout, err = run_cli(["import", str(JSON), "--model", "tiny-llama", "--device", "cpu", "--format", "json"])
     assert rc == 0, err

@@ -153,6 +153,22 @@ def test_plots_are_real_pngs(report):
         assert img[..., :3].std() > 0.05, f"{p} is nearly blank"
 
 
+def test_a_reused_out_keeps_no_plot_of_earlier_results(tmp_path):
+    """A second report into the same --out whose records have no data for a plot removes the first's file of it."""
+    l4_box, h100_box = _machines()
+    files = [_write(tmp_path / "l4.jsonl", l4_box), _write(tmp_path / "h100.jsonl", h100_box)]
+    records, _ = load_results([str(f) for f in files])
+    out = tmp_path / "out"
+    write_report(records, str(out))
+    assert (out / "achieved_vs_copy_bandwidth.png").is_file()
+    for r in records:
+        r["measured_gbps"] = None  # no bandwidth probe: nothing for the achieved-vs-copy plot
+    written = write_report(records, str(out))
+    assert not (out / "achieved_vs_copy_bandwidth.png").exists()
+    assert "achieved_vs_copy_bandwidth.png" not in (out / "index.html").read_text()
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(p.name for p in written if p.suffix == ".png")
+
+
 def test_duplicates_dropped_with_a_note(report):
     raw, recs = report["raw"], report["records"]
     assert len(raw) - len(recs) == 1

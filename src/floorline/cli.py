@@ -96,6 +96,9 @@ def cmd_floor(args) -> int:
     a = zoo.resolve(args.model, need="config", download=args.download)
     if not 0 < args.ctx <= a.max_pos:
         raise UserError(f"--ctx must be in 1..{a.max_pos} for {a.name} (its max position), got {args.ctx}")
+    if args.experts and not a.experts:
+        raise UserError(f"--experts sets how a mixture-of-experts model stores its routed experts; {a.name} is dense: "
+                        f"drop --experts (--weight-bits sets its matrices)")
     fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
     # routed experts as the checkpoint stores them (gpt-oss: mxfp4) unless --weight-bits or --experts says otherwise
     ex_name = args.experts or (a.expert_format if fmt.bits is None else None)
@@ -528,17 +531,21 @@ def cmd_import(args) -> int:
     from floorline.report import display
     from floorline.serve import llamabench
 
-    _prepare_output(args.output)
+    have = {r.get("run_id") for r in _prepare_output(args.output)}
     recs, notes = llamabench.import_file(args.bench, args.model, download=args.download, gpu=args.gpu,
                                          device=args.device)
+    new = [r for r in recs if r["run_id"] not in have]
+    if len(new) < len(recs):
+        notes.append(f"{len(recs) - len(new)} of {len(recs)} record(s) already in {args.output} (the same rows "
+                     f"imported before): not appended again")
     if args.output:
-        records.append(args.output, recs)
+        records.append(args.output, new)
     cells = [r for r in recs if r["kind"] == "cell"]
     _print_records(args, cells)
     for n in notes + display.notes(cells):  # (a row faster than its floor: a warning in the record, said here too)
         err.print(n)
     if args.output:
-        err.print(f"{len(recs)} record(s) appended to {args.output}")
+        err.print(f"{len(new)} record(s) appended to {args.output}")
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import os
 import platform
 import socket
 import subprocess
@@ -89,6 +90,15 @@ def device_name(device: str) -> str:
     return cpu_name()
 
 
+COMMAND_ENV = "FLOORLINE_COMMAND"  # the user's command line, handed by the launcher to the processes it starts
+
+
+def command_line() -> str:
+    """The command the user typed: this process's own, or in a child the launcher started (a sweep's cell, a
+    tensor-parallel rank), the launcher's."""
+    return os.environ.get(COMMAND_ENV) or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
 def environment() -> dict:
     import transformers
 
@@ -100,7 +110,7 @@ def environment() -> dict:
         "python_version": platform.python_version(), "host": socket.gethostname(), "cpu_name": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command_line(),
     }
 
 

@@ -9,6 +9,8 @@ Only valid cells are drawn; devices without a datasheet peak (CPUs) are left out
 
 from __future__ import annotations
 
+import textwrap
+
 from pathlib import Path
 
 from floorline.core import published
@@ -176,13 +178,17 @@ def ms_vs_context(cells: list[dict], path: Path) -> Figure | None:
                         ax.plot(*zip(*fl), style, marker="_", ms=12, color=c, lw=1, alpha=0.8)
                         ys += [y for _, y in fl]
             ax.set_title(f"{m} · {v}", fontsize=9)
-            ax.set_xscale("log", base=2)
+            if ctxs and ctxs[0] <= 0:  # a decode from an empty cache (llama-bench's tg rows): linear near 0
+                lin = next((x for x in ctxs if x > 0), 1)
+                ax.set_xscale("symlog", base=2, linthresh=lin, linscale=0.5)
+            else:
+                ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.grid(alpha=0.3, which="both")
             if ctxs:
                 ax.set_xticks(ctxs, [str(x) for x in ctxs])
                 ax.xaxis.set_minor_formatter(NullFormatter())
-                ax.set_xlim(ctxs[0] / 1.4, ctxs[-1] * 1.4)
+                ax.set_xlim(ctxs[0] / 1.4 if ctxs[0] > 0 else -0.4 * lin, max(ctxs[-1], 1) * 1.4)
             ax.set_xlabel("context (tokens)", fontsize=9)
             if j == 0:
                 ax.set_ylabel("ms per decode step (log)")
@@ -193,8 +199,11 @@ def ms_vs_context(cells: list[dict], path: Path) -> Figure | None:
                 Line2D([], [], color="black", lw=1, marker="_", ms=12, label="floor at datasheet peak"),
                 Line2D([], [], color="black", lw=1, ls="--", marker="_", ms=12,
                        label="floor at measured bandwidth")]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8)
-    fig.suptitle("Decode step time vs context, with the memory floor (strict convention)", fontsize=11)
+    width = fig.get_figwidth()  # one panel (4.7 in) holds two legend entries a row and the title in two lines
+    fig.legend(handles=handles, loc="outside lower center", ncols=max(1, min(len(handles), 4, int(width / 2.2))),
+               fontsize=8)
+    fig.suptitle(textwrap.fill("Decode step time vs context, with the memory floor (strict convention)",
+                               max(30, int(width * 12))), fontsize=11)
     fig.savefig(path)
     return Figure(path.name, "ms/step vs context with the floor",
                   "Median step time of the valid cells per device against context, one panel per model and mode; "
@@ -251,7 +260,14 @@ def achieved_vs_copy(cells: list[dict], path: Path) -> Figure | None:
 
 
 def write_all(cells: list[dict], out_dir: Path) -> list[Figure]:
-    figs = [fraction_vs_peak(cells, out_dir / "fraction_vs_peak_bandwidth.png"),
-            ms_vs_context(cells, out_dir / "ms_vs_context.png"),
-            achieved_vs_copy(cells, out_dir / "achieved_vs_copy_bandwidth.png")]
-    return [f for f in figs if f is not None]
+    """The plots these cells have data for. A plot they have none for is not drawn, and an earlier report's file
+    of that name in out_dir is removed, so a reused --out holds no plot of other results."""
+    figs = []
+    for plot, name in ((fraction_vs_peak, "fraction_vs_peak_bandwidth.png"), (ms_vs_context, "ms_vs_context.png"),
+                       (achieved_vs_copy, "achieved_vs_copy_bandwidth.png")):
+        f = plot(cells, out_dir / name)
+        if f is None:
+            (out_dir / name).unlink(missing_ok=True)
+        else:
+            figs.append(f)
+    return figs

@@ -173,6 +173,11 @@ class Server:
         except o.APIStatusError as e:
             if not status_ok and e.status_code != 401:
                 raise
+            if e.status_code == 404 and what != "GET /models":  # a chat-only server, a wrong base path or model
+                raise UserError(f"{clean_url(self.url)}: {what}: HTTP 404: {_status_message(e)}; floorline measures "
+                                f"POST {clean_url(self.url)}/completions (text completions, not chat): check that the "
+                                f"server offers it, --url (its OpenAI base, usually ending /v1) and --served-model") \
+                    from None
             if e.status_code != 401:
                 raise UserError(f"{clean_url(self.url)}: {what}: HTTP {e.status_code}: {_status_message(e)}; check "
                                 f"--url and --served-model") from None
@@ -538,7 +543,10 @@ def session_record(base: dict, a: Arch, ctx: int, cfg: EndpointConfig, prompt: P
            "floor_ctx": kv_ctx, "floor_bytes": strict.bytes, "paper_floor_bytes": paper.bytes,
            **{f"floor_bytes_{k}": v for k, v in strict.components.items()}}
     samples = itl[cfg.warmup:]
-    if counts and not exact:
+    if counts and s.completion_tokens is None:
+        rec["warnings"].append(f"the server reported no token usage: each of the {len(times)} events that carried "
+                               f"text is counted as one token (tokens sent several to an event would read as faster)")
+    elif counts and not exact:
         rec["warnings"].append(f"{got} tokens arrived in {len(times)} events ({got / max(1, len(times)):.2f} per "
                                f"event): the server packs tokens; per-token latency = event gap / tokens per event")
     if prompt_tokens is not None and prompt_tokens != ctx:

@@ -74,6 +74,13 @@ def _test_name(r: dict) -> str:
     return name + (f" @ d{r['n_depth']}" if r.get("n_depth") else "")
 
 
+def row_id(row: dict, index: int, model: str, gpu_key: str | None) -> str:
+    """A record's run_id from what it measured (the row, its place in the file, the architecture and GPU it is
+    judged against), so importing the same rows again gives the same ids: `import` skips those its --output holds,
+    and `report` drops a copy from another file as a duplicate."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, json.dumps([row, index, model, gpu_key], sort_keys=True, default=str)).hex
+
+
 def import_file(path: str, model: str, download: bool = False, gpu: str | None = None,
                 device: str = "none") -> tuple[list[dict], list[str]]:
     """(records, notes). Every row is checked before any record is made."""
@@ -98,8 +105,9 @@ def import_file(path: str, model: str, download: bool = False, gpu: str | None =
         base["device"] = kind
     recs: list[dict] = []
     prompt = []
-    for r in rows:
+    for i, r in enumerate(rows):
         test = _test_name(r)
+        rid = row_id(r, i, a.name, key)
         bench = {f"llamabench_{k}": r.get(k) for k in ("build_commit", "build_number", "backends", "cpu_info",
                                                          "gpu_info", "model_type", "model_filename", "n_threads",
                                                          "n_gpu_layers", "n_batch", "n_ubatch", "flash_attn",
@@ -107,7 +115,7 @@ def import_file(path: str, model: str, download: bool = False, gpu: str | None =
         bench["llamabench_test"] = test
         if r["n_prompt"] or not r["n_gen"]:
             prompt.append(test)
-            recs.append({**base, "kind": "llama-bench-prompt", "run_id": uuid.uuid4().hex, **bench,
+            recs.append({**base, "kind": "llama-bench-prompt", "run_id": rid, **bench,
                          "ctx": int(r.get("n_depth") or 0), "n_prompt": r["n_prompt"], "n_gen": r["n_gen"],
                          "samples_ns": r["samples_ns"], "samples_ts": r.get("samples_ts"), "valid": None,
                          "reason": "prompt processing, not decode: kept out of the floor tables"})
@@ -118,7 +126,7 @@ def import_file(path: str, model: str, download: bool = False, gpu: str | None =
                          for c in ("strict", "paper"))
         samples = [s / r["n_gen"] / 1e6 for s in r["samples_ns"]]
         ftype = str(r.get("model_type") or "").split(" ", 2)[-1]
-        rec = {**base, "run_id": uuid.uuid4().hex, **bench, "ctx": depth, "n_gen": r["n_gen"],
+        rec = {**base, "run_id": rid, **bench, "ctx": depth, "n_gen": r["n_gen"],
                "quant": f"gguf {ftype}".strip(), "dtype": KV_DTYPES.get(tk, tk), "weight_bytes": int(r["model_size"]),
                "weight_bytes_source": "llama-bench model_size (every tensor of the GGUF)",
                "warmup": None, "steps": r["n_gen"], "samples_ms": samples,

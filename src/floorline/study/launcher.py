@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from floorline.bench import system
 from floorline.bench.config import RunConfig
 from floorline.core import records
 from floorline.serve.endpoint import EndpointConfig
@@ -72,7 +73,8 @@ def run_spec(spec: str, ranks: int = 1, timeout_s: float | None = None, env: dic
                 procs.append(subprocess.Popen([sys.executable, "-m", "floorline.study.worker", spec, str(dest)],
                                               stdout=subprocess.DEVNULL, stderr=err, text=True,
                                               start_new_session=True,
-                                              env={**os.environ, **(env or {}), **extra, PARENT_ENV: str(os.getpid())}))
+                                              env={**os.environ, **(env or {}), **extra, PARENT_ENV: str(os.getpid()),
+                                                   system.COMMAND_ENV: system.command_line()}))
                 if on_start:
                     on_start(procs[-1])
             why = _wait_all(procs, timeout_s)

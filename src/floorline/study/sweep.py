@@ -8,6 +8,7 @@ loses only the cells in flight.
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import subprocess
@@ -129,8 +130,10 @@ def run_gpus(jobs: list[Job], gpus: list[int], timeout_s: float | None, sink: Si
         raise errors[0]
 
 
-def _ray_job(job: Job, timeout_s: float | None) -> list[dict]:
-    """Runs inside a Ray worker: the same fresh child process as a local cell (Ray sets CUDA_VISIBLE_DEVICES)."""
+def _ray_job(job: Job, timeout_s: float | None, command: str) -> list[dict]:
+    """Runs inside a Ray worker: the same fresh child process as a local cell (Ray sets CUDA_VISIBLE_DEVICES), its
+    records naming the user's command, not the Ray worker's."""
+    os.environ[system.COMMAND_ENV] = command
     return execute(job, timeout_s)
 
 
@@ -151,7 +154,7 @@ def run_ray(jobs: list[Job], address: str, timeout_s: float | None, sink: Sink,
     pending = {}
     for j in jobs:
         gpu = device_kind(j.configs[0].device) == "cuda"
-        ref = remote.options(num_gpus=1 if gpu else 0, num_cpus=1).remote(j, timeout_s)
+        ref = remote.options(num_gpus=1 if gpu else 0, num_cpus=1).remote(j, timeout_s, system.command_line())
         pending[ref] = j
         started(j)
     try:
