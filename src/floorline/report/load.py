@@ -38,6 +38,14 @@ def identity(rec: dict) -> str:
     return f"run_id:{rid}" if rid else "record:" + json.dumps(rec, sort_keys=True)
 
 
+# where and when a record was written, not what it holds: the same llama-bench rows imported twice differ only here
+WRITTEN = ("timestamp", "command", "host", "source_file")
+
+
+def _same(a: dict, b: dict) -> bool:
+    return {k: v for k, v in a.items() if k not in WRITTEN} == {k: v for k, v in b.items() if k not in WRITTEN}
+
+
 def load_results(paths: list[str]) -> tuple[list[dict], list[str]]:
     """Records of every file, in file order, each record once; and notes on what was merged or dropped."""
     files = result_files(paths)
@@ -50,7 +58,7 @@ def load_results(paths: list[str]) -> tuple[list[dict], list[str]]:
             if key in seen:
                 dropped += 1
                 first, where = seen[key]
-                if first != rec:
+                if not _same(first, rec):
                     conflicts.append(f"run_id {rec.get('run_id')} in {f} differs from the one in {where}; "
                                      f"kept the one in {where}")
                 continue

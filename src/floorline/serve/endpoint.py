@@ -545,7 +545,7 @@ def session_record(base: dict, a: Arch, ctx: int, cfg: EndpointConfig, prompt: P
     samples = itl[cfg.warmup:]
     if counts and s.completion_tokens is None:
         rec["warnings"].append(f"the server reported no token usage: each of the {len(times)} events that carried "
-                               f"text is counted as one token (tokens sent several to an event would read as faster)")
+                               f"text is counted as one token (several tokens an event would read as a slower server, short of its tokens)")
     elif counts and not exact:
         rec["warnings"].append(f"{got} tokens arrived in {len(times)} events ({got / max(1, len(times)):.2f} per "
                                f"event): the server packs tokens; per-token latency = event gap / tokens per event")

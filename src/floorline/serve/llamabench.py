@@ -74,11 +74,13 @@ def _test_name(r: dict) -> str:
     return name + (f" @ d{r['n_depth']}" if r.get("n_depth") else "")
 
 
-def row_id(row: dict, index: int, model: str, gpu_key: str | None) -> str:
-    """A record's run_id from what it measured (the row, its place in the file, the architecture and GPU it is
-    judged against), so importing the same rows again gives the same ids: `import` skips those its --output holds,
-    and `report` drops a copy from another file as a duplicate."""
-    return uuid.uuid5(uuid.NAMESPACE_OID, json.dumps([row, index, model, gpu_key], sort_keys=True, default=str)).hex
+def row_id(row: dict, index: int, model: str, gpu_key: str | None, device: str) -> str:
+    """A record's run_id from what it measured and how it is judged (the row, its place in the file, the architecture,
+    the GPU key and whether this host's bandwidth was measured: --device), so importing the same rows the same way
+    again gives the same ids: `import` skips those its --output holds, and `report` drops a copy from another file as
+    a duplicate."""
+    return uuid.uuid5(uuid.NAMESPACE_OID,
+                      json.dumps([row, index, model, gpu_key, device], sort_keys=True, default=str)).hex
 
 
 def import_file(path: str, model: str, download: bool = False, gpu: str | None = None,
@@ -107,7 +109,7 @@ def import_file(path: str, model: str, download: bool = False, gpu: str | None =
     prompt = []
     for i, r in enumerate(rows):
         test = _test_name(r)
-        rid = row_id(r, i, a.name, key)
+        rid = row_id(r, i, a.name, base.get("gpu_key"), device)
         bench = {f"llamabench_{k}": r.get(k) for k in ("build_commit", "build_number", "backends", "cpu_info",
                                                          "gpu_info", "model_type", "model_filename", "n_threads",
                                                          "n_gpu_layers", "n_batch", "n_ubatch", "flash_attn",
