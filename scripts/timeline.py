@@ -1,6 +1,6 @@
 """The step timeline of mode native (src/floorline/native/timeline.py) for one model and context on a GPU.
 
-  python scripts/timeline.py MODEL --ctx 2048 [--native OPTS] [--replays 20] [--out DIR]
+  python scripts/timeline.py MODEL --ctx 2048 [--native OPTS] [--replays 20] [--out DIR] [--profile]
 
 One process builds the model as `floorline run --mode native` does (random weights, the prompt prefilled, the step
 captured and its launch choices re-timed in the step, the warm-up steps), then captures the step again with the
@@ -10,6 +10,10 @@ positions a run's timed steps take (the cache's position decides how many attent
 kind of stamped kernel, medians over its launches (layers) and the replays; then one middle layer's launches on one
 time axis. Writes DIR/timeline_MODEL_ctxN[_OPTS].json: the conditions, both steps' samples, the summary and the middle
 replay's stamps (ns from the step's first start).
+
+--profile: at the end, one more plain step between cudaProfilerStart and cudaProfilerStop, for a profiler that
+records only that range (`ncu --profile-from-start off --graph-profiling node`: each kernel of the captured step
+alone, its caches flushed; scripts/gpu_check.sh ncu).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from floorline.device.timing import capture_graph, keeper, time_steps
 from floorline.native import timeline as T
 
 
-def run(model: str, ctx: int, native: str, replays: int, out: Path) -> dict:
+def run(model: str, ctx: int, native: str, replays: int, out: Path, profile: bool = False) -> dict:
     cfg = RunConfig(model=model, ctxs=[ctx], modes=["native"], device="cuda", energy=False, native=native)
     ses = open_session(cfg, lambda s: print(s, file=sys.stderr))
     try:
@@ -60,6 +64,13 @@ def run(model: str, ctx: int, native: str, replays: int, out: Path) -> dict:
                 T.ACTIVE = None
             restore()
             plain = time_steps(rt.step, 30, ses.device)
+            if profile:
+                restore()
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+                rt.step()
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
             rt.close()
     finally:
         ses.close()
@@ -109,8 +120,9 @@ def main() -> None:
     ap.add_argument("--native", default="")
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("results/timeline"))
+    ap.add_argument("--profile", action="store_true", help="one more step inside cudaProfilerStart/Stop")
     a = ap.parse_args()
-    run(a.model, a.ctx, a.native, a.replays, a.out)
+    run(a.model, a.ctx, a.native, a.replays, a.out, a.profile)
 
 
 if __name__ == "__main__":
