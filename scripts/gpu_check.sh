@@ -17,9 +17,9 @@
 #               TIMELINE_CELLS, space-separated model:ctx[:native options] (default llama-3.2-1b:128
 #               qwen2.5-0.5b:128:attn_kernel=cuda qwen3-8b:2048)
 #     ncu       Nsight Compute on one plain native step of each NCU_CELLS (model:ctx[:native options]; default
-#               qwen3-8b:2048), the kernels NCU_KERNELS names (a regex; default the attention's: attn_chunk|_attn_merge),
+#               qwen3-8b:2048), the kernels NCU_KERNELS names (a regex; default the attention's chunks and merge: attn),
 #               NCU_COUNT launches of them (default 4), each alone with its caches flushed: speed of light, occupancy,
-#               warp states and the stall reasons; a CSV a cell
+#               warp states and the stall reasons per issued instruction; a text file a cell
 #     explain   `floorline explain --mode native` (a step's kernels, busy against wall, per place in the layer) for
 #               EXPLAIN_CELLS, space-separated model:ctx[:quant] (default: the small models' cells and qwen3-8b's)
 # PACK=FILE.tgz: everything under $OUT packed into that one file at the end (the device machine returns 8 files a call)
@@ -102,12 +102,16 @@ for stage in "${stages[@]}"; do
     ncu)
       for cell in ${NCU_CELLS:-qwen3-8b:2048}; do
         IFS=: read -r m c opts <<< "$cell"
-        ncu --profile-from-start off --graph-profiling node --kernel-name "regex:${NCU_KERNELS:-attn_chunk|_attn_merge}" \
+        f="$OUT/ncu_${m}_ctx${c}.txt"
+        ncu --clock-control none --profile-from-start off --graph-profiling node -k "regex:${NCU_KERNELS:-attn}" \
           --launch-count "${NCU_COUNT:-4}" --section SpeedOfLight --section Occupancy --section WarpStateStats \
-          --section SchedulerStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-          --csv --page details --log-file "$OUT/ncu_${m}_ctx${c}.csv" python3 scripts/timeline.py "$m" --ctx "$c" \
-          --native "${opts:-}" --out "$OUT/ncu" --replays 2 --profile >> "$OUT/ncu.log" 2>&1 || echo "ncu $cell: exit $?"
-        grep -c "" "$OUT/ncu_${m}_ctx${c}.csv" | sed "s/^/ncu $cell: lines of CSV: /"
+          --section SchedulerStats --section LaunchStats \
+          --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+          python3 scripts/timeline.py "$m" --ctx "$c" --native "${opts:-}" --out "$OUT/ncu" --replays 2 --profile \
+          > "$f" 2>&1 || echo "ncu $cell: exit $?"
+        echo "== ncu $cell"
+        grep -E "^  [A-Za-z_0-9]*attn|DRAM Throughput|Duration|Registers Per|Achieved Occupancy|Grid Size|No Eligible|issue_stalled_(long|short|wait|barrier|math|mio|lg|no_inst)" \
+          "$f" | head -60
       done ;;
     explain)
       mkdir -p "$OUT/explain"

@@ -137,6 +137,46 @@ def test_prepare_repairs_a_torn_tail_so_the_next_append_is_its_own_line(tmp_path
     assert records.prepare(p) == [] and p.read_text() == ""
 
 
+def test_prepare_waits_for_a_record_another_process_is_writing(tmp_path):
+    """Another floorline process mid-way through a record (it holds the file's lock, its line not yet whole): a start-up
+    repair waits for it, then finds the record whole and cuts nothing. Unlocked, it cut that record."""
+    import threading
+
+    fcntl = pytest.importorskip("fcntl")
+    p = tmp_path / "r.jsonl"
+    p.write_text(REC + '{"schema_version": 2, "a"')  # the other writer's first bytes
+    got = []
+    with open(p, "ab") as writer:
+        fcntl.flock(writer.fileno(), fcntl.LOCK_EX)
+        t = threading.Thread(target=lambda: got.append(records.prepare(p)))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and p.read_text().endswith('"a"')  # waiting, nothing cut
+        writer.write(b': 2}\n')
+        writer.flush()
+        fcntl.flock(writer.fileno(), fcntl.LOCK_UN)
+    t.join(10)
+    assert [r["a"] for r in got[0]] == [1, 2] and p.read_text() == REC + '{"schema_version": 2, "a": 2}\n'
+
+
+def test_append_waits_while_another_process_holds_the_file(tmp_path):
+    """An append starts its record only when no other floorline process is writing or repairing the file."""
+    import threading
+
+    fcntl = pytest.importorskip("fcntl")
+    p = tmp_path / "r.jsonl"
+    p.write_text(REC)
+    with open(p, "rb") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX)
+        t = threading.Thread(target=records.append, args=(p, [{"schema_version": 2, "a": 2}]))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and p.read_text() == REC
+        fcntl.flock(other.fileno(), fcntl.LOCK_UN)
+    t.join(10)
+    assert [r["a"] for r in records.read(p)] == [1, 2]
+
+
 @pytest.mark.parametrize("text", ["my notes\nline two\nimportant last line\n", "my notes\nlast line, no newline",
                                   REC + "a line somebody wrote\n", "my only line, no newline",
                                   REC + "a last line somebody wrote, no newline"])

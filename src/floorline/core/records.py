@@ -18,11 +18,17 @@ Schema history (bump SCHEMA_VERSION when a key changes meaning or goes away; add
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 
 from floorline.core.errors import UserError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock, one writer a file
+    fcntl = None
 
 SCHEMA_VERSION = 2
 
@@ -34,16 +40,38 @@ REQUIRED_KEYS = (
 )
 
 
+@contextlib.contextmanager
+def _locked(f, exclusive: bool = True):
+    """An advisory lock (flock) on an open results file, so that floorline processes writing one file never overlap:
+    a record is written whole under the exclusive lock (a record of many kB takes more than one write), and a repair
+    of the last line (prepare) looks at it under the same lock, so it never cuts another process's record mid-write."""
+    held = False
+    if fcntl is not None:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            held = True
+        except OSError:  # a file system without locks (some network mounts): written as before, unlocked
+            pass
+    try:
+        yield f
+    finally:
+        if held:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def append(path: str | os.PathLike, records: list[dict]) -> None:
-    """Append records, one complete line per write, flushed and fsynced: a killed run keeps every finished record."""
+    """Append records, one complete line per write, flushed and fsynced: a killed run keeps every finished record.
+    Each record is written under the file's lock (_locked)."""
     p = Path(path)
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
     with open(p, "a", encoding="utf-8") as f:
         for r in records:
-            f.write(json.dumps(r, sort_keys=False, allow_nan=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+            line = json.dumps(r, sort_keys=False, allow_nan=False) + "\n"
+            with _locked(f):
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
 
 
 def torn_tail(data: bytes) -> tuple[int, str | None]:
@@ -72,9 +100,19 @@ def prepare(path: str | os.PathLike, warn=lambda m: None, repair: bool = True, w
     try:
         if p.is_dir():
             raise UserError(f"{path}: is a folder; give a file path for the JSON-lines records")
-        data = p.read_bytes() if p.exists() else b""
+        if not p.exists():
+            if write:
+                writable(path)
+            return []
+        with open(p, "rb") as f, _locked(f, exclusive=repair):  # no other floorline process is mid-record now
+            return _prepare(p, f.read(), warn, repair, write)
     except OSError as e:
         raise UserError(f"{path}: cannot read it ({e.strerror}); give a readable file path") from None
+
+
+def _prepare(p: Path, data: bytes, warn, repair: bool, write: bool) -> list[dict]:
+    """prepare() on the file's bytes, read under its lock."""
+    path = p
     good_end, why = torn_tail(data)
     recs = parse(data[:good_end].decode("utf-8", errors="replace"), str(path))
     if why:
