@@ -159,6 +159,34 @@ def test_prepare_waits_for_a_record_another_process_is_writing(tmp_path):
     assert [r["a"] for r in got[0]] == [1, 2] and p.read_text() == REC + '{"schema_version": 2, "a": 2}\n'
 
 
+def test_read_waits_for_a_record_being_written(tmp_path):
+    """A report reading a file a study is appending to sees each record whole, never half a line."""
+    import threading
+
+    fcntl = pytest.importorskip("fcntl")
+    p = tmp_path / "r.jsonl"
+    p.write_text(REC + '{"schema_version": 2, "a"')
+    got = []
+
+    def reader():
+        try:
+            got.append(records.read(p))
+        except UserError as e:
+            got.append(e)
+
+    with open(p, "ab") as writer:
+        fcntl.flock(writer.fileno(), fcntl.LOCK_EX)
+        t = threading.Thread(target=reader)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive()
+        writer.write(b': 2}\n')
+        writer.flush()
+        fcntl.flock(writer.fileno(), fcntl.LOCK_UN)
+    t.join(10)
+    assert [r["a"] for r in got[0]] == [1, 2]
+
+
 def test_append_waits_while_another_process_holds_the_file(tmp_path):
     """An append starts its record only when no other floorline process is writing or repairing the file."""
     import threading

@@ -59,6 +59,20 @@ def _locked(f, exclusive: bool = True):
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _open_locked(p: Path, exclusive: bool):
+    """The file opened for reading under its lock. An exclusive lock is taken on a handle open for writing where the
+    file allows one (on NFS, Linux emulates flock with byte-range locks, which need it)."""
+    f = None
+    if exclusive:
+        try:
+            f = open(p, "r+b")
+        except OSError:  # a read-only file: the lock as a reader's handle can take it
+            f = None
+    with f or open(p, "rb") as f, _locked(f, exclusive):
+        yield f
+
+
 def append(path: str | os.PathLike, records: list[dict]) -> None:
     """Append records, one complete line per write, flushed and fsynced: a killed run keeps every finished record.
     Each record is written under the file's lock (_locked)."""
@@ -104,7 +118,7 @@ def prepare(path: str | os.PathLike, warn=lambda m: None, repair: bool = True, w
             if write:
                 writable(path)
             return []
-        with open(p, "rb") as f, _locked(f, exclusive=repair):  # no other floorline process is mid-record now
+        with _open_locked(p, exclusive=repair) as f:  # no other floorline process is mid-record now
             return _prepare(p, f.read(), warn, repair, write)
     except OSError as e:
         raise UserError(f"{path}: cannot read it ({e.strerror}); give a readable file path") from None
@@ -156,7 +170,8 @@ def read(path: str | os.PathLike, drop_torn_tail: bool = False) -> list[dict]:
     drop_torn_tail: a torn last line (torn_tail) is skipped."""
     if not Path(path).is_file():
         raise UserError(f"{path}: no such results file (or not a regular file)")
-    data = Path(path).read_bytes()
+    with _open_locked(Path(path), exclusive=False) as f:  # a record another process is writing is whole or absent
+        data = f.read()
     if drop_torn_tail:
         data = data[:torn_tail(data)[0]]
     return parse(data.decode("utf-8"), str(path))
