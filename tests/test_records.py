@@ -187,6 +187,30 @@ def test_read_waits_for_a_record_being_written(tmp_path):
     assert [r["a"] for r in got[0]] == [1, 2]
 
 
+def test_a_stream_as_output_is_written_not_read(tmp_path):
+    """--output /dev/stdout, a pipe or /dev/null: nothing read or repaired (reading a pipe's other end waited forever),
+    and records written without fsync (which those refuse: a traceback after the measurement)."""
+    import os
+    import threading
+
+    if not hasattr(os, "mkfifo") or not os.path.exists("/dev/null"):
+        pytest.skip("needs POSIX pipes")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    t = threading.Thread(target=lambda: got.append(records.prepare(fifo)), daemon=True)
+    t.start()
+    t.join(5)
+    assert not t.is_alive() and got == [[]]
+    records.append("/dev/null", [_rec(1)])
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(open(fifo).read().splitlines()), daemon=True)
+    reader.start()
+    records.append(fifo, [_rec(1), _rec(2)])
+    reader.join(5)
+    assert [json.loads(x)["run_id"] for x in lines] == ["r1", "r2"]
+
+
 def test_append_waits_while_another_process_holds_the_file(tmp_path):
     """An append starts its record only when no other floorline process is writing or repairing the file."""
     import threading

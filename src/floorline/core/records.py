@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from pathlib import Path
 
 from floorline.core.errors import UserError
@@ -80,12 +81,14 @@ def append(path: str | os.PathLike, records: list[dict]) -> None:
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
     with open(p, "a", encoding="utf-8") as f:
+        regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)  # not /dev/stdout, a pipe or /dev/null: no fsync there
         for r in records:
             line = json.dumps(r, sort_keys=False, allow_nan=False) + "\n"
             with _locked(f):
                 f.write(line)
                 f.flush()
-                os.fsync(f.fileno())
+                if regular:
+                    os.fsync(f.fileno())
 
 
 def torn_tail(data: bytes) -> tuple[int, str | None]:
@@ -114,7 +117,7 @@ def prepare(path: str | os.PathLike, warn=lambda m: None, repair: bool = True, w
     try:
         if p.is_dir():
             raise UserError(f"{path}: is a folder; give a file path for the JSON-lines records")
-        if not p.exists():
+        if not p.exists() or not p.is_file():  # new, or a stream (--output /dev/stdout, a pipe): nothing to read
             if write:
                 writable(path)
             return []
