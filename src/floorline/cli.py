@@ -381,10 +381,9 @@ def cmd_report(args) -> int:
     from floorline import report
 
     recs, notes = report.load_results(args.results)
-    _out_dir(args.out)
+    files = report.write_report(recs, args.out, notes)  # (a bad --out or no records: one line, before the notes)
     for n in notes:
         err.print(n)
-    files = report.write_report(recs, args.out, notes)
     err.print(f"wrote {len(files)} files to {args.out}: {', '.join(f.name for f in files)}")
     return 0
 

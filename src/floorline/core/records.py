@@ -112,44 +112,39 @@ def prepare(path: str | os.PathLike, warn=lambda m: None, repair: bool = True, w
     measured or changed: a file with a line that is not a floorline record, or (write) a path that cannot be written,
     is one line (UserError) and the file is left as it was. Then (repair) a torn last line (torn_tail: a killed write)
     is cut from the file with a warning, and a complete last record without its newline gets one, so the next append
-    starts its own line; without repair the torn line is only warned of and left out."""
+    starts its own line; without repair the torn line is only warned of and left out. All of it under the file's lock
+    (no other floorline process is mid-record meanwhile)."""
     p = Path(path)
     try:
         if p.is_dir():
             raise UserError(f"{path}: is a folder; give a file path for the JSON-lines records")
-        if not p.exists() or not p.is_file():  # new, or a stream (--output /dev/stdout, a pipe): nothing to read
+        if not p.is_file():  # new, or a stream (--output /dev/stdout, a pipe): nothing to read
             if write:
                 writable(path)
             return []
-        with _open_locked(p, exclusive=repair) as f:  # no other floorline process is mid-record now
-            return _prepare(p, f.read(), warn, repair, write)
+        with _open_locked(p, exclusive=repair) as f:
+            data = f.read()
+            good_end, why = torn_tail(data)
+            recs = parse(data[:good_end].decode("utf-8", errors="replace"), str(path))
+            if why:
+                warn(f"{path}: {why}; " + ("discarded" if repair else "left out"))
+            if write:
+                writable(path)
+            if repair and (why or (data and not data.endswith(b"\n"))):
+                try:  # through the locked handle (a read-only file's cannot write: the error below)
+                    if why:
+                        f.truncate(good_end)
+                    else:
+                        f.seek(0, os.SEEK_END)
+                        f.write(b"\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                except OSError as e:
+                    raise UserError(f"{path}: cannot repair its last line ({e.strerror or e}); give a writable "
+                                    f"file") from None
+            return recs
     except OSError as e:
         raise UserError(f"{path}: cannot read it ({e.strerror}); give a readable file path") from None
-
-
-def _prepare(p: Path, data: bytes, warn, repair: bool, write: bool) -> list[dict]:
-    """prepare() on the file's bytes, read under its lock."""
-    path = p
-    good_end, why = torn_tail(data)
-    recs = parse(data[:good_end].decode("utf-8", errors="replace"), str(path))
-    if why:
-        warn(f"{path}: {why}; " + ("discarded" if repair else "left out"))
-    if write:
-        writable(path)
-    fix = repair and (why or (data and not data.endswith(b"\n")))
-    if fix:
-        try:
-            with open(p, "r+b") as f:
-                if why:
-                    f.truncate(good_end)
-                else:
-                    f.seek(0, os.SEEK_END)
-                    f.write(b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:
-            raise UserError(f"{path}: cannot repair its last line ({e.strerror}); give a writable file") from None
-    return recs
 
 
 def writable(path: str | os.PathLike) -> None:

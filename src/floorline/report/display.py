@@ -16,6 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 # (header, record key, format) for the one-row-per-mode summary of `floorline run`
+def gbps(v: float | None) -> str:
+    """GB/s as a whole number, or three significant figures below 100 (a tiny model on a CPU: 0.312, not 0)."""
+    return "-" if v is None else f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 COLUMNS = [
     ("model", "model", "{}"),
     ("ctx", "ctx", "{}"),
@@ -27,7 +32,7 @@ COLUMNS = [
     ("floor ms @meas", "floor_ms_measured", "{:.3f}"),
     ("% floor @peak", "fraction_of_floor_peak", "{:.1%}"),
     ("% floor @meas", "fraction_of_floor_measured", "{:.1%}"),
-    ("GB/s", "achieved_gbps", "gbps"),
+    ("GB/s", "achieved_gbps", gbps),
     ("J/token", "energy_j_per_token", "{:.3f}"),
     ("valid", "valid", "{}"),
 ]
@@ -35,17 +40,12 @@ COLUMNS = [
 # imported one, measured elsewhere, has the datasheet's: NARROW_PEAK)
 NARROW = [("model", "model", "{}"), ("ctx", "ctx", "{}"), ("mode", "mode", "{}"),
           ("ms/step", "step_ms_median", "{:.3f}"), ("floor ms", "floor_ms_measured", "{:.3f}"),
-          ("% floor", "fraction_of_floor_measured", "{:.1%}"), ("GB/s", "achieved_gbps", "gbps"),
+          ("% floor", "fraction_of_floor_measured", "{:.1%}"), ("GB/s", "achieved_gbps", gbps),
           ("valid", "valid", "{}")]
 NARROW_PEAK = [c if c[1] not in ("floor_ms_measured", "fraction_of_floor_measured") else
                (c[0], c[1].replace("measured", "peak"), c[2]) for c in NARROW]
 LEFT = {"model", "mode", "backend", "library", "cell", "status", "name", "family", "component", "gpu", "kernel",
         "--gpu", "device", "memory", "source", "note", "order", "GPU", "comparison", "dtype"}
-
-
-def gbps(v: float) -> str:
-    """GB/s as a whole number, or three significant figures below 100 (a tiny model on a CPU: 0.312, not 0)."""
-    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def cell(rec: dict, key: str, fmt: str) -> str:
@@ -54,7 +54,7 @@ def cell(rec: dict, key: str, fmt: str) -> str:
         return "-"
     if key == "valid":
         return "yes" if v else "NO"
-    return gbps(v) if fmt == "gbps" else fmt.format(v)
+    return fmt(v) if callable(fmt) else fmt.format(v)
 
 
 def rows(records: list[dict], columns=COLUMNS) -> list[list[str]]:

@@ -35,17 +35,13 @@ CELL_HEADER = ["model", "ctx", "mode", "ms/step", "p90 ms", "floor ms @peak", "f
                "% floor @meas", "% floor @peak (paper)", "GB/s", "valid/total"]
 
 
-def _gbps(v) -> str:
-    return "-" if v is None else display.gbps(v)
-
-
 def cell_row(model, ctx, mode, recs: list[dict]) -> list[str]:
     ok = C.valid(recs)
     return [str(model), str(ctx), mode,
             num(C.median(ok, "step_ms_median"), ".3f"), num(C.median(ok, "step_ms_p90"), ".3f"),
             num(C.median(recs, "floor_ms_peak"), ".3f"), num(C.median(recs, "floor_ms_measured"), ".3f"),
             pct(C.median(ok, "fraction_of_floor_peak")), pct(C.median(ok, "fraction_of_floor_measured")),
-            pct(C.median(ok, "paper_fraction_of_floor_peak")), _gbps(C.median(ok, "achieved_gbps")),
+            pct(C.median(ok, "paper_fraction_of_floor_peak")), display.gbps(C.median(ok, "achieved_gbps")),
             C.count(recs)]
 
 

@@ -173,7 +173,7 @@ class Server:
         except o.APIStatusError as e:
             if not status_ok and e.status_code != 401:
                 raise
-            if e.status_code == 404 and what != "GET /models":  # a chat-only server, a wrong base path or model
+            if e.status_code == 404:  # a chat-only server, a wrong base path or model
                 raise UserError(f"{clean_url(self.url)}: {what}: HTTP 404: {_status_message(e)}; floorline measures "
                                 f"POST {clean_url(self.url)}/completions (text completions, not chat): check that the "
                                 f"server offers it, --url (its OpenAI base, usually ending /v1) and --served-model") \
@@ -545,7 +545,8 @@ def session_record(base: dict, a: Arch, ctx: int, cfg: EndpointConfig, prompt: P
     samples = itl[cfg.warmup:]
     if counts and s.completion_tokens is None:
         rec["warnings"].append(f"the server reported no token usage: each of the {len(times)} events that carried "
-                               f"text is counted as one token (several tokens an event would read as a slower server, short of its tokens)")
+                               f"text is counted as one token (several tokens an event would read as a slower "
+                               f"server, short of its tokens)")
     elif counts and not exact:
         rec["warnings"].append(f"{got} tokens arrived in {len(times)} events ({got / max(1, len(times)):.2f} per "
                                f"event): the server packs tokens; per-token latency = event gap / tokens per event")
