@@ -10,6 +10,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,47 @@ def native_vs_hf(m, exact, net, prompt, steps: int, chunk: int = 1024) -> list[d
         out.append({"want": want, "native": net.logits.clone(), "hf": hf})
         tok = want.argmax()
     return out
+
+
+# ------------------------------------------------------------------------------ a study SIGKILLed mid-write
+# A sitecustomize.py on the study's PYTHONPATH wraps records.append in the study process (not in its measuring
+# children) so that its N-th call writes its records with the last line cut in half, flushes, and SIGKILLs itself.
+TORN_SITECUSTOMIZE = """
+import os, signal, sys
+n = int(os.environ.get("FLOORLINE_TEST_TORN_AT", "0"))
+if n:
+    import floorline.core.records as records
+    orig, calls = records.append, [0]
+    def append(path, recs):
+        main = getattr(sys.modules.get("__main__"), "__spec__", None)
+        if main is not None and main.name == "floorline.study.worker":
+            return orig(path, recs)
+        calls[0] += 1
+        if calls[0] < n or not recs:
+            return orig(path, recs)
+        orig(path, recs[:-1])
+        line = records.json.dumps(recs[-1]) + "\\n"
+        with open(path, "a") as f:
+            f.write(line[: len(line) // 2])
+            f.flush()
+            os.fsync(f.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+    records.append = append
+"""
+
+
+@pytest.fixture
+def torn(tmp_path, monkeypatch):
+    inject(tmp_path, monkeypatch, TORN_SITECUSTOMIZE)
+
+    def run(args: list[str], at: int = 0) -> subprocess.CompletedProcess:
+        env = {**os.environ, "FLOORLINE_TEST_TORN_AT": str(at)}
+        return subprocess.run([sys.executable, "-m", "floorline", *args], env=env, capture_output=True, text=True,
+                              timeout=600)
+    return run
+
+
+def complete_lines(path: Path) -> tuple[list[dict], str]:
+    """The file's complete records, and what follows the last newline (the torn tail)."""
+    head, _, tail = path.read_text().rpartition("\n")
+    return [json.loads(ln) for ln in head.splitlines() if ln.strip()], tail

@@ -7,6 +7,8 @@ import csv
 import io
 import json
 import statistics
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -497,3 +499,15 @@ def test_the_full_table_on_a_wide_terminal_or_with_wide(run_all):
     assert "p90 ms" in wide and "J/token" in wide and "…" not in wide
     forced = "\n".join(_render(display.run_table(recs, wide=True, columns=80), 400))
     assert "p90 ms" in forced
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv"])
+def test_run_output_to_stdout_keeps_stdout_records_only(fmt):
+    """`--output /dev/stdout` piped into another tool: stdout carries the records alone, one JSON line each; the table
+    (or csv) goes to stderr. Once the table was printed into the same stream as the records."""
+    p = subprocess.run([sys.executable, "-m", "floorline", *RUN, "--mode", "eager", "--format", fmt,
+                        "--output", "/dev/stdout"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    recs = [json.loads(ln) for ln in p.stdout.splitlines()]
+    assert [(r["model"], r["mode"]) for r in recs] == [("tiny-llama", "eager")]
+    assert ("ms/step" if fmt == "table" else "step_ms_median") in p.stderr

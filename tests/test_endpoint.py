@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_jsonl_strict, run_cli
-from test_resume import complete_lines, torn  # noqa: F401 (torn: the SIGKILL-mid-write fixture)
+from conftest import complete_lines, read_jsonl_strict, run_cli
 
 from floorline.core import floor, records, specs, zoo
 from floorline.serve import endpoint

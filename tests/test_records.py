@@ -211,12 +211,16 @@ def test_a_stream_as_output_is_written_not_read(tmp_path):
     assert [json.loads(x)["run_id"] for x in lines] == ["r1", "r2"]
 
 
-def test_append_waits_while_another_process_holds_the_file(tmp_path):
-    """An append starts its record only when no other floorline process is writing or repairing the file."""
+def test_append_waits_while_another_process_holds_the_file(tmp_path, capsys):
+    """An append starts its record only when no other floorline process is writing or repairing the file, and says
+    once that it waits (a stuck process holding the lock is otherwise a silent hang)."""
     import threading
 
     fcntl = pytest.importorskip("fcntl")
     p = tmp_path / "r.jsonl"
+    p.write_text(REC)
+    records.append(p, [{"schema_version": 2, "a": 2}])  # no other process: nothing said
+    assert capsys.readouterr().err == ""
     p.write_text(REC)
     with open(p, "rb") as other:
         fcntl.flock(other.fileno(), fcntl.LOCK_EX)
@@ -224,6 +228,7 @@ def test_append_waits_while_another_process_holds_the_file(tmp_path):
         t.start()
         t.join(0.5)
         assert t.is_alive() and p.read_text() == REC
+        assert capsys.readouterr().err == f"floorline: waiting for {p}: another process is writing it\n"
         fcntl.flock(other.fileno(), fcntl.LOCK_UN)
     t.join(10)
     assert [r["a"] for r in records.read(p)] == [1, 2]

@@ -8,59 +8,14 @@ flushes, and SIGKILLs its own process.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import inject
+from conftest import complete_lines
 
 from floorline.core.errors import UserError
 from floorline.study import ab, resume
 
-SITECUSTOMIZE = """
-import os, signal, sys
-n = int(os.environ.get("FLOORLINE_TEST_TORN_AT", "0"))
-if n:
-    import floorline.core.records as records
-    orig, calls = records.append, [0]
-    def append(path, recs):
-        main = getattr(sys.modules.get("__main__"), "__spec__", None)
-        if main is not None and main.name == "floorline.study.worker":
-            return orig(path, recs)
-        calls[0] += 1
-        if calls[0] < n or not recs:
-            return orig(path, recs)
-        orig(path, recs[:-1])
-        line = records.json.dumps(recs[-1]) + "\\n"
-        with open(path, "a") as f:
-            f.write(line[: len(line) // 2])
-            f.flush()
-            os.fsync(f.fileno())
-        os.kill(os.getpid(), signal.SIGKILL)
-    records.append = append
-"""
-
 TINY = ["--device", "cpu", "--steps", "3", "--warmup", "1", "--dtype", "bf16"]
-
-
-@pytest.fixture
-def torn(tmp_path, monkeypatch):
-    inject(tmp_path, monkeypatch, SITECUSTOMIZE)
-
-    def run(args: list[str], at: int = 0) -> subprocess.CompletedProcess:
-        env = {**os.environ, "FLOORLINE_TEST_TORN_AT": str(at)}
-        return subprocess.run([sys.executable, "-m", "floorline", *args], env=env, capture_output=True, text=True,
-                              timeout=600)
-    return run
-
-
-def complete_lines(path: Path) -> tuple[list[dict], str]:
-    """The file's complete records, and what follows the last newline (the torn tail)."""
-    head, _, tail = path.read_text().rpartition("\n")
-    return [json.loads(ln) for ln in head.splitlines() if ln.strip()], tail
 
 
 def cells(recs: list[dict]) -> list[dict]:

@@ -6,6 +6,7 @@ Bad input (a UserError, or arguments argparse rejects) prints one line and exits
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -288,7 +289,7 @@ def cmd_ab(args) -> int:
                             f"{s['steps']} timed steps per arm per session"))
     out.print(display.ab_headline(s))
     out.print(display.ab_gmean_line(s))
-    sys.stdout.flush()  # the table before the notes when both streams go to one pipe
+    out.file.flush()  # the table before the notes when both streams go to one pipe
     for f in s["failed_sessions"]:
         err.print(f"failed: {f}")
     err.print(f"sessions and summary appended to {args.output}")
@@ -468,7 +469,7 @@ def cmd_quant(args) -> int:
     out.print(display.table(display.PUBLISHED_QUANT_HEADER, display.published_quant_rows(quantstudy.published_rows()),
                             "published (the study, L4, qwen2.5-7b ctx 2048; ideal speed-up from floorline's "
                             "accounting of each format)"))
-    sys.stdout.flush()
+    out.file.flush()
     err.print(f"records in {args.output}")
     return 0
 
@@ -517,7 +518,7 @@ def _print_records(args, done: list[dict]) -> None:
     if args.format == "json":
         out.print_json(json.dumps(done))
     elif args.format == "csv":
-        sys.stdout.write(display.csv_text(done))
+        out.file.write(display.csv_text(done))
     elif args.format == "md":
         out.print(display.markdown(done))
     else:
@@ -840,11 +841,26 @@ def _on_sigterm(signum, frame):
     raise _Terminated
 
 
+def _is_stdout(path: str | None) -> bool:
+    """--output naming this process's own stdout (/dev/stdout, /dev/fd/1, or the file or pipe stdout goes to)."""
+    if not path or os.path.realpath(path) == os.devnull:  # (> /dev/null too: nothing to keep apart)
+        return False
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no such file yet; stdout not a file
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
 
+    global out
     args = build_parser().parse_args(argv)
     args.debug = getattr(args, "debug", False)
+    stdout_console = out
+    if _is_stdout(getattr(args, "output", None)):  # the records are the output: tables and notes go to stderr
+        out = _Out(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 240)
     main_thread = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
@@ -859,6 +875,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"written are kept (run the same command again to resume a sweep, ab or quant)")
         return 143 if isinstance(e, _Terminated) else 130
     finally:
+        out = stdout_console
         if main_thread and before is not None:
             signal.signal(signal.SIGTERM, before)
 

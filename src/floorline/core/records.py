@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 from floorline.core.errors import UserError
@@ -48,8 +49,13 @@ def _locked(f, exclusive: bool = True):
     of the last line (prepare) looks at it under the same lock, so it never cuts another process's record mid-write."""
     held = False
     if fcntl is not None:
+        kind = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                fcntl.flock(f.fileno(), kind | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process holds it: say so once, then wait (never silently)
+                print(f"floorline: waiting for {f.name}: another process is writing it", file=sys.stderr, flush=True)
+                fcntl.flock(f.fileno(), kind)
             held = True
         except OSError:  # a file system without locks (some network mounts): written as before, unlocked
             pass
