@@ -120,6 +120,12 @@ def test_ab_end_to_end_tiny_cpu_and_resume(tmp_path, capsys):
         out.chmod(0o644)
     assert "N=4" in capsys.readouterr().out and _lines(out) == recs
 
+    # fewer sessions than the file holds: the summary of those asked for (it once said N=4 for --sessions 2)
+    args[args.index("--sessions") + 1] = "2"
+    assert cli.main(args) == 0
+    assert re.search(r"N=2\b", capsys.readouterr().out)
+    assert _lines(out)[-1]["kind"] == "ab_summary" and _lines(out)[-1]["sessions"] == [0, 1]
+
 
 def test_ab_same_arms_is_an_error(capsys):
     rc = cli.main(["ab", "--model", "tiny-llama", "--ctx", "32", "--a", "eager", "--b", "eager", "--device", "cpu"])

@@ -511,3 +511,57 @@ def test_run_output_to_stdout_keeps_stdout_records_only(fmt):
     recs = [json.loads(ln) for ln in p.stdout.splitlines()]
     assert [(r["model"], r["mode"]) for r in recs] == [("tiny-llama", "eager")]
     assert ("ms/step" if fmt == "table" else "step_ms_median") in p.stderr
+
+
+@pytest.mark.parametrize("command", ["ab", "sweep", "quant", "endpoint", "allreduce"])
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
+def test_timeout_is_positive_finite_seconds_everywhere(command, value):
+    """Once endpoint passed -1 to the HTTP client (a traceback), sweep let NaN through `<= 0`, quant recorded every
+    backend as 'timeout after -1 s' and counted those as done. Now argparse refuses it: one line, exit 2."""
+    rc, _, err = run_cli([command, "--timeout", value])
+    assert rc == 2 and "--timeout" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv", [["import", "{d}", "--model", "tiny-llama"],
+                                  ["predict", "--from", "{d}", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "h200"],
+                                  ["floor", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "h200", "--tp", "2",
+                                   "--allreduce-from", "{d}"]])
+def test_a_folder_where_a_file_belongs_is_named_as_one(argv, tmp_path):
+    rc, _, err = run_cli([a.format(d=tmp_path) for a in argv])
+    assert rc == 2 and f"{tmp_path}: a folder, not a file;" in err, err
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["run", "--model", "tiny-llama", "--device", "cpu", "--mode", "eager", "--native", "mlp=gemv"], "--mode"),
+    (["sweep", "--models", "tiny-llama", "--ctx", "16", "--device", "cpu", "--modes", "eager", "--native", "pdl=off",
+      "--dry-run"], "--modes"),
+    (["floor", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "h200", "--allreduce-backend", "nccl"],
+     "--allreduce-from")])
+def test_an_option_its_mode_or_source_would_ignore_is_refused(argv, named):
+    """`--mode eager --native mlp=gemv` once stamped native_mlp=gemv into eager records; --allreduce-backend without
+    --allreduce-from was ignored."""
+    rc, _, err = run_cli(argv)
+    assert rc == 2 and named in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_sweep_gpus_on_a_machine_without_one_names_the_right_flag(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    base = ["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--gpus", "0", "--dry-run"]
+    rc, _, err = run_cli(base)  # --device left to its default: the user gave no --device cpu to drop
+    assert rc == 2 and "no CUDA GPU is visible here; drop --gpus" in err, err
+    rc, _, err = run_cli([*base, "--device", "cpu"])
+    assert rc == 2 and "drop --device cpu" in err, err
+
+
+def test_run_table_title_names_each_rows_own_bandwidth_when_they_differ():
+    """`run --resume` measures each context in its own process: the title once gave the first process's 20 GB/s
+    above rows whose floors were at 12-28 GB/s."""
+    r = {"device_name": "AMD EPYC", "peak_gbps": None, "measured_gbps": 20.2, "bw_pattern": "copy",
+         "model": "tiny-llama", "ctx": 16, "mode": "eager", "step_ms_median": 1.0, "floor_ms_measured": 0.5}
+    one = display.run_table([r, dict(r, ctx=24)], wide=True).title
+    assert "20 GB/s measured (copy)" in one and "each row" not in one
+    two = display.run_table([r, dict(r, ctx=24, measured_gbps=28.1), dict(r, ctx=32, measured_gbps=12.2)],
+                            wide=True).title
+    assert "12-28 GB/s measured (each row at its own process's)" in two and "20 GB/s" not in two

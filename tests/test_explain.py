@@ -68,6 +68,12 @@ def test_layer_slots_split_a_kernel_by_its_place_in_the_layer():
                                 "us_per_call": 19.4}]}
     assert display.slot_rows(rec) == [["int4_gemv", "3/4", "19.4", "0.540", "28"]]
     assert display.slot_rows({}) == []  # records from before it
+    row = {"ctx": 32, "mode": "eager", "wall_ms": 1.0, "gpu_busy_ms": 0.9, "floor_ms_measured": 0.5,
+           "kernel_excess_ms": 0.4, "idle_gaps_ms": 0.1, "kernels_per_step": 50, "host_enqueue_ms": 0.2,
+           "attention_ms": 0.01}
+    assert display.explain_rows([{**row, "attention_gbps": 0.49}])[0][-1] == "0.49"  # a CPU's: once printed "0"
+    assert display.explain_rows([{**row, "attention_gbps": 3712.4}])[0][-1] == "3712"
+    assert display.explain_rows([{**row, "attention_gbps": None}])[0][-1] == "-"
 
 
 def test_explain_cpu_end_to_end(tmp_path, capsys):
@@ -104,3 +110,18 @@ def test_explain_cpu_end_to_end(tmp_path, capsys):
         assert sum(x["ms_per_step"] for x in slots) <= sum(k["ms_per_step"] for k in r["top_kernels"]) + 1e-9
     png = (tmp_path / "explain.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_explain_keeps_the_profilers_own_lines_off_stderr():
+    """torch's profiler (kineto) prints "STAGE:" and, from torch 2.13, "USDT: ... profiler_start" lines on every
+    profile; importing the CLI (before torch loads) turns them off, so `explain` prints only its own lines."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import floorline.cli, torch\n"
+            "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n"
+            "    torch.ones(3) + 1\n")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and "USDT" not in p.stderr and "STAGE" not in p.stderr, p.stderr

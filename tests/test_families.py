@@ -13,7 +13,7 @@ from conftest import run_cli
 from floorline.bench import config, measure, models, moe
 from floorline.bench.config import RunConfig
 from floorline.core import floor, zoo
-from floorline.core.arch import FAMILY, arch_from_config, native_refusal
+from floorline.core.arch import FAMILY, arch_from_config, native_refusal, quant_refusal
 from floorline.core.errors import UserError
 
 NEW_TINY = ["tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-mixtral", "tiny-gemma3", "tiny-gpt-oss",
@@ -122,6 +122,25 @@ def test_native_refuses_what_it_does_not_run_in_one_line(name, why):
         config.validate(RunConfig(model=name, ctxs=[16], modes=["native"], device="cuda"), a)
     # `all` leaves native out for such a model rather than failing
     assert "native" not in config.expand_modes(["all"], torch.device("cuda"), "none", native=True, arch=a)
+
+
+@pytest.mark.parametrize("name, why", [("tiny-qwen3-moe", "mixture of experts"), ("tiny-qwen2-moe", "mixture of experts"),
+                                       ("tiny-mixtral", "mixture of experts"), ("tiny-gpt-oss", "mixture of experts"),
+                                       ("tiny-phi3", "qkv_proj and gate_up_proj")])
+def test_quant_refuses_what_its_packing_cannot_reach_before_any_build(name, why):
+    """The backends pack each layer's q/k/v/o and gate/up/down linears: on an MoE or a fused-projection model that
+    once crashed after the model was built (AttributeError: no gate_proj), exit 1. Now one line, exit 2."""
+    assert why in quant_refusal(zoo.ZOO[name], "int4") and "--quant none" in quant_refusal(zoo.ZOO[name], "int4")
+    for argv in (["run", "--model", name, "--quant", "int4", "--device", "cpu", "--ctx", "16"],
+                 ["quant", "--model", name, "--backends", "int4", "--device", "cpu", "--ctx", "16", "--output",
+                  "/dev/null"]):
+        rc, _, err = run_cli(argv)
+        assert rc == 2 and why in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-smollm3"])
+def test_quant_packs_the_dense_families(name):
+    assert quant_refusal(zoo.ZOO[name], "int4") is None
 
 
 def test_native_runs_dense_qwen3():

@@ -89,18 +89,25 @@ def test_run_refuses_a_bad_native_option_in_one_line():
 
 
 def test_every_record_carries_the_options(tmp_path):
+    """Every record, whatever its mode, says which native options its run had (the defaults here: mode native needs a
+    GPU, and --native beside modes without native is refused); a record's options read back as they were given."""
     out = tmp_path / "r.jsonl"
     rc, _, err = run_cli(["run", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--mode", "eager",
-                          "--steps", "2", "--warmup", "0", "--native", "mlp=gemv", "--output", str(out)])
+                          "--steps", "2", "--warmup", "0", "--output", str(out)])
     assert rc == 0, err
     (r,) = read_jsonl_strict(out)
-    assert r["native_mlp"] == "gemv" and r["native_pdl"] == "auto" and r["native_step_tune"] is True
+    assert r["native_mlp"] == "fused" and r["native_pdl"] == "auto" and r["native_step_tune"] is True
     assert r["kernel_sources_sha256"] and r["source_sha256"]
+    given = NativeOptions.parse("mlp=gemv,pdl=off")
+    assert NativeOptions.from_record({**r, **given.record()}) == given
 
 
 def test_check_without_a_gpu_says_where_the_kernels_run(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    rc, out, _ = run_cli(["check"])
-    assert rc == 0 and "no CUDA GPU here" in out and "tests/test_native.py" in out
+    rc, _, err = run_cli(["check"])
+    assert rc == 2 and "none is visible here" in err and "tests/test_native.py" in err
+    for bad, named in ((["--model", "nope"], "nope"), (["--ctx", "0"], "--ctx"), (["--output", "/"], "/")):
+        rc, _, err = run_cli(["check", *bad])  # the arguments are checked first, GPU or not
+        assert rc == 2 and named in err and "none is visible" not in err, err

@@ -258,3 +258,14 @@ def test_prepare_refuses_what_it_cannot_write_in_one_line(tmp_path):
     with pytest.raises(UserError, match="cannot write there"):  # a folder that cannot be made (root or not)
         records.prepare(tmp_path / "a-file" / "r.jsonl")
     assert records.prepare(tmp_path / "new" / "r.jsonl") == [] and (tmp_path / "new").is_dir()
+
+
+def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):
+    """`--output /dev/full` (or a disk that fills during a sweep): the write fails after the measurement; it once
+    ended in a traceback (OSError: No space left on device)."""
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    with pytest.raises(UserError, match="/dev/full: cannot write a record .*another --output"):
+        records.append("/dev/full", [_rec(1)])

@@ -319,3 +319,55 @@ def test_the_report_imports_no_torch(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Quantised backends" in md and "# A/B" in md
+
+
+def test_a_row_of_two_runs_reads_as_its_header_says():
+    """Two valid runs of one cell (5 and 17.5 ms, the second on a slower lease): the row's % is its floor over its
+    median step, and its GB/s the floor bytes over that step. Medians of each run's own share once printed 21.0%
+    beside 1.651 ms / 11.294 ms (14.6%)."""
+    from floorline.report import sections
+
+    base = _base()
+    fast = _cell(base, H100, "qwen2.5-7b", 2048, "graph", "a", step_ms=5.0)
+    slow = _cell(base, dict(H100, measured_gbps=2000.0), "qwen2.5-7b", 2048, "graph", "b", step_ms=17.5)
+    row = sections.cell_row("qwen2.5-7b", 2048, "graph", [fast, slow])
+    step, floor_peak, floor_meas = float(row[3]), float(row[5]), float(row[6])
+    assert step == pytest.approx(11.25, abs=1e-3) and floor_peak == pytest.approx(fast["floor_ms_peak"], abs=1e-3)
+    assert floor_meas == pytest.approx((fast["floor_ms_measured"] + slow["floor_ms_measured"]) / 2, abs=1e-3)
+    assert row[7] == f"{fast['floor_ms_peak'] / 11.25:.1%}" and row[8] == f"{floor_meas / step:.1%}"
+    assert row[9] == f"{fast['paper_floor_ms_peak'] / 11.25:.1%}"
+    assert float(row[10]) == pytest.approx(fast["floor_bytes"] / 11.25e-3 / 1e9, rel=1e-2) and row[-1] == "2/2"
+
+
+def test_moe_rows_say_why_their_paper_share_can_pass_100(tmp_path):
+    """gpt-oss-20b's compile cell once read 146.2% of its paper floor without a word: that floor counts every expert."""
+    base = _base()
+    dense = _cell(base, H100, "qwen2.5-7b", 2048, "graph", "d")
+    out = tmp_path / "r"
+    write_report(load_results([str(_write(tmp_path / "d.jsonl", [dense]))])[0], str(out))
+    assert "Mixture-of-experts rows" not in (out / "report.md").read_text(encoding="utf-8")
+    moe = dict(_cell(base, H100, "qwen3-30b-a3b", 2048, "graph", "m"), moe_experts=128, moe_top_k=8)
+    write_report(load_results([str(_write(tmp_path / "m.jsonl", [dense, moe]))])[0], str(out))
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "Mixture-of-experts rows (qwen3-30b-a3b): the paper floor counts every expert" in md
+
+
+def test_a_folder_skips_other_tools_jsonl_with_a_note(tmp_path):
+    """`report results/` once stopped on a probe's ws_chain.jsonl under results/lab: a folder's search skips a *.jsonl
+    file whose first line is no floorline record, with a note; a floorline file with a corrupt line is still an
+    error, and a foreign file named on its own still is."""
+    d = tmp_path / "results"
+    (d / "lab").mkdir(parents=True)
+    good = _write(d / "good.jsonl", [_machines()[0][0]])
+    probe = d / "lab" / "ws_chain.jsonl"
+    probe.write_text('{"us": 1.5, "tile": 64}\n{"us": 1.6, "tile": 128}\n')
+    recs, notes = load_results([str(d)])
+    assert len(recs) == 1 and any(f"skipped 1 *.jsonl file whose first line is no floorline record: {probe}" in n
+                                  for n in notes), notes
+    with pytest.raises(UserError, match="ws_chain.jsonl:1: not a floorline record"):
+        load_results([str(good), str(probe)])
+    (d / "torn.jsonl").write_text(good.read_text() + "not json\n" + good.read_text())
+    with pytest.raises(UserError, match="torn.jsonl:2:"):
+        load_results([str(d)])
+    with pytest.raises(UserError, match="no floorline records in"):
+        load_results([str(d / "lab")])

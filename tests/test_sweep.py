@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import inject
+from conftest import inject, run_cli
 
 from floorline import cli
 from floorline.bench import runtimes
@@ -62,7 +62,7 @@ def test_crash_and_timeout_are_recorded_invalid_and_the_sweep_goes_on(tmp_path, 
     out = tmp_path / "r.jsonl"
     rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16,24,40", "--modes", "static", "--timeout", "20",
                    "--output", str(out), *COMMON])
-    assert rc == 0
+    assert rc == 1  # the grid is whole, but a cell failed: a script calling the sweep must see it
     recs = {r["ctx"]: r for r in lines(out)}
     assert sorted(recs) == [16, 24, 40]
     assert recs[16]["valid"] is True and recs[16]["step_ms_median"] > 0
@@ -78,6 +78,13 @@ def test_past_max_position_is_invalid_without_a_process(tmp_path):
     cells = sweep.plan(["tiny-qwen2"], [9000], ["eager"], RunConfig("", [], [], device="cpu"))
     rec = resume.execute(sweep.cell_job(cells[0]), timeout_s=1)
     assert rec[0]["valid"] is False and "max position 8192" in rec[0]["reason"]
+    out = tmp_path / "r.jsonl"  # the command: the record, and exit 1 (it once ended "0/1 cells valid", exit 0)
+    rc = cli.main(["sweep", "--models", "tiny-qwen2", "--ctx", "9000", "--modes", "eager", "--output", str(out),
+                   *COMMON])
+    assert rc == 1 and "max position 8192" in lines(out)[0]["reason"]
+    rc = cli.main(["sweep", "--models", "tiny-qwen2", "--ctx", "9000", "--modes", "eager", "--output", str(out),
+                   *COMMON])
+    assert rc == 1 and len(lines(out)) == 1  # resumed: nothing new run, the grid still holds the failure
 
 
 def test_truncated_last_line_is_discarded_and_its_cell_redone(tmp_path, capsys):
@@ -217,11 +224,11 @@ def test_ctrl_c_or_sigterm_stops_cleanly_and_keeps_finished_cells(tmp_path, sig,
     (["--prefill-chunk", "0"], "prefill"), (["--timeout", "-1"], "timeout"), (["--ctx", "0"], "positive"),
     (["--models", "gpt-5"], "unknown model"),
 ])
-def test_bad_options_fail_the_sweep_without_poisoning_the_file(tmp_path, capsys, bad, match):
+def test_bad_options_fail_the_sweep_without_poisoning_the_file(tmp_path, bad, match):
     out = tmp_path / "r.jsonl"
     args = ["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--output", str(out), *COMMON]
-    rc = cli.main(args + bad)
-    err = capsys.readouterr().err.strip().splitlines()
+    rc, _, err = run_cli(args + bad)  # (--timeout -1: argparse refuses it, SystemExit 2)
+    err = err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and match in err[0], err
     assert not out.exists()  # nothing recorded: the corrected command runs every cell
 

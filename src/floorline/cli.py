@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import sys
 import threading
@@ -18,7 +19,8 @@ from rich.console import Console
 from floorline import __version__
 from floorline.core.errors import UserError
 
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # silence kineto's start/stop lines in `explain`; read when torch loads
+# silence kineto's lines in `explain` (torch 2.13 prints USDT start/stop lines at 5); read when torch loads
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 class _Out(Console):
     """stdout. A table is printed whole: where even its folded text columns leave too little room for its numbers
@@ -147,6 +149,8 @@ def _allreduce_latency(args) -> tuple[float | None, str | None]:
         raise UserError("give --allreduce-us or --allreduce-from, not both")
     if (args.allreduce_us is not None or args.allreduce_from) and args.tp == 1:
         raise UserError("an all-reduce latency needs --tp N (N >= 2)")
+    if args.allreduce_backend and not args.allreduce_from:
+        raise UserError("--allreduce-backend picks among the records of --allreduce-from; give those records")
     if args.allreduce_us is not None:
         if not 0 <= args.allreduce_us < float("inf"):  # (nan fails too)
             raise UserError(f"--allreduce-us must be a finite number >= 0, got {args.allreduce_us}")
@@ -184,6 +188,17 @@ def _hub_dir(model: str, download: bool, need: str = "weights") -> str:
     return str(hub.snapshot(model, need, download)) if hub.is_hub_id(model) else model
 
 
+def _seconds(s: str) -> float:
+    """--timeout: positive, finite seconds (a NaN once passed `<= 0`; -1 reached the HTTP client as a traceback)."""
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {s!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {s!r}")
+    return v
+
+
 def _prepare_output(path: str | None) -> list[dict]:
     """An --output file checked (and a torn last line repaired) before anything is measured: records.prepare. Its
     records ([] without --output)."""
@@ -204,12 +219,26 @@ def _out_dir(path: str) -> Path:
     return d
 
 
+FAILED = ("crash", "quant", "timeout", "out of memory", "invalid input")  # reasons that fail a command: exit 1
+
+
+def _failed(recs: list[dict]) -> bool:
+    """A cell crashed, timed out, ran out of memory, was refused, or its quantised model failed its check: the
+    command exits 1 (the records say why). A backend not installed ("unavailable") or a measurement flagged invalid
+    (a step below the floor) is a finding, not a failure."""
+    return any(str(r.get("reason") or "").startswith(FAILED) for r in recs)
+
+
 def cmd_run(args) -> int:
     from floorline.bench.measure import measure_cells
     from floorline.core import records
     from floorline.report import display
 
-    cfg = _run_config(args, _names(args.mode))
+    names = _names(args.mode)
+    cfg = _run_config(args, names)  # (a bad --native value is named first)
+    if cfg.native.text() and not {"native", "all"} & set(names):
+        raise UserError(f"--native sets mode native's options; add native to --mode (got {','.join(names)}) or drop "
+                        f"--native")
     have = _prepare_output(args.output)
     runs = [cfg]
     if args.resume:
@@ -233,8 +262,7 @@ def cmd_run(args) -> int:
         err.print(line)
     if args.output:
         err.print(f"{len(done)} record(s) appended to {args.output}")
-    # a mode crashed, or the quantised model failed its check: exit 1 (the records say why)
-    return 1 if any(str(r.get("reason") or "").startswith(("crash", "quant")) for r in done) else 0
+    return 1 if _failed(done) else 0
 
 
 def _runs_to_resume(cfg, have: list[dict]) -> list:
@@ -292,7 +320,7 @@ def cmd_ab(args) -> int:
     out.file.flush()  # the table before the notes when both streams go to one pipe
     for f in s["failed_sessions"]:
         err.print(f"failed: {f}")
-    err.print(f"sessions and summary appended to {args.output}")
+    err.print(f"sessions and summary in {args.output}")  # (a finished A/B run again appends nothing)
     return 0
 
 
@@ -313,21 +341,22 @@ def cmd_sweep(args) -> int:
     from floorline.report import display
     from floorline.study import resume, sweep
 
-    if args.timeout <= 0:
-        raise UserError(f"--timeout must be positive seconds, got {args.timeout}")
     base = RunConfig(model="", ctxs=[], modes=[], dtype=args.dtype, device=args.device, warmup=args.warmup,
                      steps=args.steps, seed=args.seed, prefill_chunk=args.prefill_chunk, attn=args.attn,
                      threads=args.threads, quant=args.quant, tp=args.tp, allreduce=args.allreduce, native=args.native)
     # defaults filled here, not in the parser: importing sweep imports torch, which `floorline floor` never needs
     models = _names(args.models, "--models") if args.models is not None else sweep.DEFAULT_MODELS
     modes = _names(args.modes, "--modes") if args.modes is not None else None  # None: the device's pair
+    if base.native.text() and not {"native", "all"} & set(modes or []):
+        raise UserError("--native sets mode native's options; add native to --modes or drop --native")
     cells = sweep.plan(models, args.ctx or sweep.DEFAULT_CTXS, modes, base)
     if args.tp > 1 and (args.gpus or args.ray is not None):
         raise UserError("--tp cells take several GPUs each: run them with the local executor (drop --gpus / --ray)")
     if args.gpus and args.ray is not None:
         raise UserError("--gpus and --ray both given; use one executor")
     if args.gpus and cells[0].run.device.startswith("cpu"):
-        raise UserError("--gpus runs cells on GPUs; drop --device cpu")
+        raise UserError("--gpus runs cells on GPUs; drop --device cpu" if args.device.startswith("cpu") else
+                        "--gpus runs cells on GPUs and no CUDA GPU is visible here; drop --gpus to run on the CPU")
     cfg = sweep.SweepConfig(cells, args.output, args.timeout, args.rerun, args.gpus, args.ray)
     have = resume.load(args.output, lambda m: err.print(f"warning: {m}"), repair=not args.dry_run)
     todo = sweep.todo_cells(cfg, have)
@@ -366,7 +395,7 @@ def cmd_sweep(args) -> int:
     grid = sweep.latest(cells, [*have, *results])
     valid = sum(1 for r in grid if r.get("valid"))
     err.print(f"{valid}/{len(cells)} cells valid in {args.output} ({len(grid)} recorded, {len(results)} run now)")
-    return 0
+    return 1 if _failed(grid) else 0
 
 
 def _names(s: str, flag: str = "--mode") -> list[str]:
@@ -471,7 +500,7 @@ def cmd_quant(args) -> int:
                             "accounting of each format)"))
     out.file.flush()
     err.print(f"records in {args.output}")
-    return 0
+    return 1 if _failed([r for r in recs if r.get("model") == model and r.get("ctx") == ctx]) else 0
 
 
 # -------------------------------------------------------------------------------------------------------- endpoint
@@ -592,14 +621,14 @@ def cmd_check(args) -> int:
     from floorline.core import records, zoo
     from floorline.report import display
 
-    if not torch.cuda.is_available():
-        out.print("no CUDA GPU here: mode native's kernels run on NVIDIA GPUs (on the CPU only under Triton's "
-                  "interpreter, in the tests: python -m pytest tests/test_native.py); the other modes run as they are")
-        return 0
     ctxs = args.ctx or [zoo.DEFAULT_GPU_CTX, 16384]
     if min(ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {ctxs}")
+    zoo.resolve(args.model, need="config")  # the arguments first: a bad one is named on any machine
     _prepare_output(args.output)
+    if not torch.cuda.is_available():
+        raise UserError("check runs mode native's kernels on an NVIDIA GPU and none is visible here; on the CPU they "
+                        "run under Triton's interpreter in the tests: python -m pytest tests/test_native.py")
     with err.status("floorline check") as status:
         info, rows = check.check(args.model, ctxs, timed=not args.no_time, log=lambda m: status.update(m))
     out.print(display.table(display.CHECK_HEADER, display.check_rows(rows),
@@ -709,7 +738,7 @@ def build_parser() -> Parser:
                                                         "(default: the first one GET /v1/models lists)")
     b.add_argument("--sessions", type=int, default=10, help="fresh processes, each running both arms (default 10)")
     b.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
-    b.add_argument("--timeout", type=float, default=1800, help="seconds per session before it is killed")
+    b.add_argument("--timeout", type=_seconds, default=1800, help="seconds per session before it is killed")
     b.add_argument("--output", default="ab.jsonl", help="JSON-lines file for sessions + summary; resumes (ab.jsonl)")
     b.set_defaults(fn=cmd_ab)
 
@@ -719,7 +748,7 @@ def build_parser() -> Parser:
     w.add_argument("--ctx", type=_int_list, default=None, help="default 2048,4096,8192,16384")
     w.add_argument("--modes", default=None, help="default eager,graph on a GPU, eager,static on the CPU")
     w.add_argument("--output", default="results.jsonl", help="JSON-lines results; resumed when it exists")
-    w.add_argument("--timeout", type=float, default=1800, help="seconds per cell before it is killed (default 1800)")
+    w.add_argument("--timeout", type=_seconds, default=1800, help="seconds per cell before it is killed (default 1800)")
     w.add_argument("--rerun", action="store_true", help="run cells already in the output again")
     w.add_argument("--dry-run", action="store_true", help="list the cells, their floors and memory, run nothing")
     w.add_argument("--gpus", type=_int_list, default=None, help="run cells in parallel, one process per GPU: 0,1,...")
@@ -735,7 +764,7 @@ def build_parser() -> Parser:
                                                  "eager,static on the CPU)")
     qt.add_argument("--kernels", action="store_true", help="also time the chain of decoder matrices alone")
     qt.add_argument("--output", default="results.jsonl", help="JSON-lines results (shared with sweep); resumes")
-    qt.add_argument("--timeout", type=float, default=1800, help="seconds per backend process (default 1800)")
+    qt.add_argument("--timeout", type=_seconds, default=1800, help="seconds per backend process (default 1800)")
     qt.add_argument("--rerun", action="store_true", help="run backends already in the output again")
     qt.set_defaults(fn=cmd_quant)
 
@@ -782,7 +811,7 @@ def build_parser() -> Parser:
                                                      "cuda, cuda:N, or none")
     ep.add_argument("--api-key-env", default=None, help="the environment variable holding the API key (default: "
                                                         "FLOORLINE_API_KEY, then OPENAI_API_KEY)")
-    ep.add_argument("--timeout", type=float, default=600, help="seconds per HTTP request (default 600)")
+    ep.add_argument("--timeout", type=_seconds, default=600, help="seconds per HTTP request (default 600)")
     ep.add_argument("--output", help="append the records to this JSON-lines file")
     ep.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
     ep.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
@@ -811,7 +840,7 @@ def build_parser() -> Parser:
     ar.add_argument("--device", default="cuda", help="cuda (default) or cpu (gloo: a test of the plumbing)")
     ar.add_argument("--samples", type=int, default=30, help="timed samples (default 30)")
     ar.add_argument("--per-sample", type=int, default=50, help="all-reduces per sample, back to back (default 50)")
-    ar.add_argument("--timeout", type=float, default=600, help="seconds before the ranks are killed")
+    ar.add_argument("--timeout", type=_seconds, default=600, help="seconds before the ranks are killed")
     ar.add_argument("--output", help="append the records to this JSON-lines file")
     ar.set_defaults(fn=cmd_allreduce)
 

@@ -15,7 +15,7 @@ import torch
 from floorline import quant
 from floorline.bench import models, runtimes
 from floorline.core import floor
-from floorline.core.arch import Arch, native_refusal
+from floorline.core.arch import Arch, native_refusal, quant_refusal
 from floorline.core.errors import UserError
 from floorline.native.options import NativeOptions
 
@@ -113,6 +113,8 @@ def validate(cfg: RunConfig, a: Arch, device_type: str | None = None) -> None:
         raise UserError(f"mode native runs dense weights or floorline's own int4; use --quant int4 or none, "
                         f"not {backend.name}")
     if backend is not None:
+        if quant_refusal(a, backend.name):
+            raise UserError(quant_refusal(a, backend.name))
         if cfg.dtype not in backend.dtypes:
             raise UserError(f"{backend.name} runs {'/'.join(backend.dtypes)} activations; use --dtype "
                             f"{backend.dtypes[0]}")

@@ -36,6 +36,7 @@ class Family:
     window_flag: bool = False  # the window applies only with use_sliding_window (the Qwen families, SmolLM3)
     native: bool = False  # floorline's native decode path runs it (dense, full attention; see native_refusal)
     sdpa: bool = True  # transformers runs it with PyTorch SDPA (gpt-oss: eager attention only, for its sinks)
+    fused_proj: bool = False  # one qkv_proj and one gate_up_proj matrix (Phi-3/4), not q/k/v and gate/up apart
 
 
 FAMILY: dict[str, Family] = {
@@ -45,7 +46,7 @@ FAMILY: dict[str, Family] = {
     "qwen3": Family("flag", qk_norm=True, slide="from_max_window", window_flag=True, native=True),
     # RoPE on three layers of four (no_rope_layers): native applies it everywhere; the window on the others
     "smollm3": Family("flag", slide="no_rope", window_flag=True),
-    "phi3": Family("never", slide="all"),  # fused qkv_proj and gate_up_proj: the same bytes; partial RoPE
+    "phi3": Family("never", slide="all", fused_proj=True),  # fused qkv_proj and gate_up_proj: the same bytes; partial RoPE
     "gemma3_text": Family("flag", qk_norm=True, layer_norms=4, slide="pattern"),  # pre/post attention, MLP norms; GeGLU
     # with a shared expert and its one-output gate
     "qwen2_moe": Family("qkv_flag", moe="qwen", slide="odd_below_max_window", window_flag=True),
@@ -139,6 +140,18 @@ class Arch:
     @property
     def n_moe(self) -> int:
         return sum(self.is_moe(i) for i in range(self.layers))
+
+
+def quant_refusal(a: Arch, backend: str) -> str | None:
+    """Why a quant backend cannot store `a`'s decoder matrices (None: it can). The backends replace each layer's q, k,
+    v, o, gate, up and down linears (quant.base.decoder_linears); one line, naming what to run instead."""
+    if a.experts:
+        return (f"--quant {backend} packs the dense q/k/v/o and gate/up/down matrices; {a.name} is a mixture of "
+                f"experts ({a.family}), whose experts it does not pack; run it with --quant none")
+    if a.traits.fused_proj:
+        return (f"--quant {backend} packs q/k/v/o and gate/up/down as separate matrices; {a.name} ({a.family}) fuses "
+                f"them into qkv_proj and gate_up_proj; run it with --quant none")
+    return None
 
 
 def native_refusal(a: Arch) -> str | None:

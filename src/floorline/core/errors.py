@@ -4,3 +4,11 @@ line and exits 2 (no traceback unless --debug). Everything else is a bug and kee
 
 class UserError(Exception):
     """Bad input or an unmet requirement; the message names the fix."""
+
+
+def not_a_file(path, fix: str) -> UserError:
+    """A path that should name a file but does not: a folder said as one (it once read "no such file"), or missing."""
+    import os
+
+    what = "a folder, not a file" if os.path.isdir(path) else "no such file"
+    return UserError(f"{path}: {what}; {fix}")

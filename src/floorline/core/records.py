@@ -86,15 +86,19 @@ def append(path: str | os.PathLike, records: list[dict]) -> None:
     p = Path(path)
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
-    with open(p, "a", encoding="utf-8") as f:
-        regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)  # not /dev/stdout, a pipe or /dev/null: no fsync there
-        for r in records:
-            line = json.dumps(r, sort_keys=False, allow_nan=False) + "\n"
-            with _locked(f):
-                f.write(line)
-                f.flush()
-                if regular:
-                    os.fsync(f.fileno())
+    try:
+        with open(p, "a", encoding="utf-8") as f:
+            regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)  # not /dev/stdout, a pipe or /dev/null: no fsync
+            for r in records:
+                line = json.dumps(r, sort_keys=False, allow_nan=False) + "\n"
+                with _locked(f):
+                    f.write(line)
+                    f.flush()
+                    if regular:
+                        os.fsync(f.fileno())
+    except OSError as e:  # a full disk, a quota, a device that went away: one line, not a traceback
+        raise UserError(f"{p}: cannot write a record ({e.strerror or e}); free space there or give another "
+                        f"--output (the records written before are kept)") from None
 
 
 def torn_tail(data: bytes) -> tuple[int, str | None]:

@@ -13,23 +13,35 @@ from floorline.core import records
 from floorline.core.errors import UserError
 
 
-def result_files(paths: list[str]) -> list[Path]:
-    """The files to read: each path as given, or the *.jsonl files under a directory (sorted)."""
+def result_files(paths: list[str]) -> list[tuple[Path, bool]]:
+    """The files to read, each with whether a directory search found it: each path as given, or the *.jsonl files
+    under a directory (sorted)."""
     if not paths:
         raise UserError("no results given; name one or more JSON-lines files written by `floorline run` or `ab`")
-    out: list[Path] = []
+    out: list[tuple[Path, bool]] = []
     for s in paths:
         p = Path(s)
         if p.is_dir():
             found = sorted(p.rglob("*.jsonl"))
             if not found:
                 raise UserError(f"{p}: no *.jsonl files in this directory")
-            out += found
+            out += [(f, True) for f in found]
         elif p.is_file():
-            out.append(p)
+            out.append((p, False))
         else:
             raise UserError(f"{p}: no such results file")
     return out
+
+
+def _foreign(path: Path) -> bool:
+    """A JSON-lines file whose first line is no floorline record (another tool's, a probe's): not ours to read."""
+    with open(path, "rb") as f:
+        first = next((ln for ln in f if ln.strip()), b"")
+    try:
+        records.parse(first.decode("utf-8", "replace"), str(path))
+    except UserError:
+        return True
+    return False
 
 
 def identity(rec: dict) -> str:
@@ -48,11 +60,14 @@ def _same(a: dict, b: dict) -> bool:
 
 def load_results(paths: list[str]) -> tuple[list[dict], list[str]]:
     """Records of every file, in file order, each record once; and notes on what was merged or dropped."""
-    files = result_files(paths)
     merged: list[dict] = []
     seen: dict[str, tuple[dict, Path]] = {}
-    dropped, conflicts = 0, []
-    for f in files:
+    dropped, conflicts, files, skipped = 0, [], [], []
+    for f, searched in result_files(paths):
+        if searched and _foreign(f):  # under a folder: skipped with a note; named on its own: an error, as before
+            skipped.append(f)
+            continue
+        files.append(f)
         for rec in records.read(f):
             key = identity(rec)
             if key in seen:
@@ -64,7 +79,13 @@ def load_results(paths: list[str]) -> tuple[list[dict], list[str]]:
                 continue
             seen[key] = (rec, f)
             merged.append(rec)
+    if not files:
+        raise UserError(f"no floorline records in {', '.join(map(str, paths))} (its *.jsonl files are another tool's); "
+                        f"name the files `floorline run`, `sweep` or `ab` wrote")
     notes = [f"read {len(merged) + dropped} records from {len(files)} file{'s' * (len(files) != 1)}"]
+    if skipped:
+        notes.append(f"skipped {len(skipped)} *.jsonl file{'s' * (len(skipped) != 1)} whose first line is no "
+                     f"floorline record: {', '.join(map(str, skipped[:3]))}{' ...' if len(skipped) > 3 else ''}")
     if dropped:
         notes.append(f"dropped {dropped} duplicate record{'s' * (dropped != 1)} (same run_id, or the same record "
                      f"where there is no run_id)")

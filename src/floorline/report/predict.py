@@ -57,7 +57,7 @@ from scipy.optimize import lsq_linear
 
 from floorline.core import floor, gguf, modes, published, records, specs, tp, zoo
 from floorline.core.arch import Arch
-from floorline.core.errors import UserError
+from floorline.core.errors import UserError, not_a_file
 
 REPLAY_MODES = ("graph", "compile")  # no per-kernel host launch cost
 HOST_MODES = ("eager", "static")
@@ -320,7 +320,7 @@ def calibrate_from(paths: list[str]) -> Calibration:
     recs = []
     for p in paths:
         if not Path(p).is_file():
-            raise UserError(f"{p}: no such file; --from takes JSON-lines results of `floorline run`")
+            raise not_a_file(p, "--from takes JSON-lines results of `floorline run`")
         recs += records.read(p)
     return calibrate(recs, source=f"measured records in {', '.join(paths)}")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from floorline.bench import system
 from floorline.core import floor, gguf, stats, zoo
-from floorline.core.errors import UserError
+from floorline.core.errors import UserError, not_a_file
 from floorline.core.records import SCHEMA_VERSION
 from floorline.serve import endpoint
 
@@ -30,7 +30,7 @@ def read_rows(path: str | Path) -> list[dict]:
     """llama-bench rows from a JSON array (-o json) or one object per line (-o jsonl)."""
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{path}: no such file; give llama-bench's output (-o json or -o jsonl)")
+        raise not_a_file(path, "give llama-bench's output (-o json or -o jsonl)")
     text = p.read_text(encoding="utf-8").strip()
     try:
         data = json.loads(text) if text.startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]

@@ -277,7 +277,13 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         raise UserError(f"--a and --b are the same server and model ({cfg.a.label}); give two different arms")
     key = cfg.key()
     have = resume.load(output, log)
-    done = completed_sessions(have, key)
+    held = completed_sessions(have, key)
+    # the sessions asked for: a file holding more of this A/B (an earlier --sessions 3) gives the same summary as one
+    # holding just these; the rest stay in the file
+    done = {s: d for s, d in held.items() if s < cfg.sessions}
+    if len(held) > len(done):
+        log(f"{output} holds {len(held)} finished sessions of this A/B; --sessions {cfg.sessions} summarises sessions "
+            f"1-{cfg.sessions}")
     if done:
         log(f"resuming: {len(done)} of {cfg.sessions} sessions already in {output}")
     failures = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from floorline.core import records
-from floorline.core.errors import UserError
+from floorline.core.errors import UserError, not_a_file
 
 DTYPES = ("fp32", "bf16")  # fp32: native mode's residual stream; bf16: an HF model's hidden states
 
@@ -91,7 +91,7 @@ def latency_from(paths: list[str], backend: str | None = None, tp: int | None = 
     recs = []
     for p in paths:
         if not Path(p).is_file():
-            raise UserError(f"{p}: no such file; give the JSON-lines output of `floorline allreduce`")
+            raise not_a_file(p, "give the JSON-lines output of `floorline allreduce`")
         recs += [r for r in records.read(p) if r.get("kind") == "allreduce" and r.get("valid")
                  and (tp is None or r.get("tp") == tp) and (backend is None or r.get("backend") == backend)]
     if not recs:
