@@ -308,3 +308,15 @@ def test_per_layer_lists_of_another_length_are_one_line():
     for key in ("layer_types", "no_rope_layers"):
         with pytest.raises(UserError, match=f"{key} names 3 layers, num_hidden_layers 4"):
             arch_from_config({**cfg, key: ["full_attention"] * 3 if key == "layer_types" else [1, 0, 1]}, "x")
+
+
+def test_floor_experts_bf16_is_two_bytes_whatever_the_dtype():
+    """`--experts bf16 --dtype fp32` once counted the experts at 4 bytes a weight (and said "stored fp32"); the
+    checkpoint's own bf16 experts still follow --dtype, as a run in that dtype builds them."""
+    base = ["floor", "--model", "qwen3-30b-a3b", "--ctx", "2048", "--format", "json"]
+    got = {}
+    for extra in ([], ["--dtype", "fp32"], ["--dtype", "fp32", "--experts", "bf16"]):
+        rc, out, err = run_cli([*base, *extra])
+        assert rc == 0, err
+        got[" ".join(extra)] = json.loads(out)["components"]["experts"]
+    assert got["--dtype fp32 --experts bf16"] == got[""] and got["--dtype fp32"] == 2 * got[""]

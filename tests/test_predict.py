@@ -143,6 +143,11 @@ def test_format_prediction_shows_inputs_source_and_caveat():
     moe = predict.predict(cal, zoo.ZOO["qwen3-30b-a3b"], 2048, specs.lookup("l4"), "eager")
     assert moe["floor_moe_top_k"] and "but the experts not routed to" in predict.format_prediction(moe)
     assert moe["floor_bytes"] < floor.floor(zoo.ZOO["qwen3-30b-a3b"], 2048, convention="paper").bytes  # all experts
+    # gpt-oss stores its experts in mxfp4: the prediction reads them as `floor` counts them (once bf16: 8.43 GB)
+    g, a = predict.predict(cal, zoo.ZOO["gpt-oss-20b"], 2048, specs.lookup("h200"), "graph"), zoo.ZOO["gpt-oss-20b"]
+    mx = floor.expert_format("mxfp4")
+    paper, strict = (floor.components(a, 2048, convention=c, experts=mx) for c in ("paper", "strict"))
+    assert g["floor_bytes"] == sum({**paper, "experts": strict["experts"]}.values()) == 4_919_803_008
     fit = predict.format_calibration(cal)
     assert (f"eta {cal.eta:.3f}, fixed {cal.overhead_ms:.2f} ms; launch eager "
             f"{cal.launch_us_per_kernel['eager']:.2f} us/kernel") in fit

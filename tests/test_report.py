@@ -371,3 +371,15 @@ def test_a_folder_skips_other_tools_jsonl_with_a_note(tmp_path):
         load_results([str(d)])
     with pytest.raises(UserError, match="no floorline records in"):
         load_results([str(d / "lab")])
+
+
+def test_the_header_names_every_kind_of_record_it_counts():
+    """212 records were once listed as 161 + 40 + 2 + 3: the six kernel-chain records of `quant --kernels` unnamed."""
+    from floorline.report import sections
+
+    base = _base()
+    recs = [_cell(base, H100, "qwen2.5-7b", 2048, "graph", "c"),
+            {"kind": "kernels", "schema_version": 2, "run_id": "k1"}, {"kind": "kernels", "schema_version": 2}]
+    text = sections.document(recs, []).blocks[0].text
+    assert text.startswith("3 records: 1 cell (1 valid)") and "2 kernel-chain records" in text, text
+    assert "kernel-chain" not in sections.document(recs[:1], []).blocks[0].text

@@ -105,7 +105,10 @@ def cmd_floor(args) -> int:
     fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
     # routed experts as the checkpoint stores them (gpt-oss: mxfp4) unless --weight-bits or --experts says otherwise
     ex_name = args.experts or (a.expert_format if fmt.bits is None else None)
-    experts = floor.expert_format(ex_name, fmt.dense_bytes) if ex_name and a.experts else None
+    # (--experts bf16 is 2 bytes a weight whatever --dtype; the checkpoint's bf16 experts follow --dtype, as a run
+    # builds them)
+    experts = (floor.expert_format(ex_name, 2 if args.experts == "bf16" else fmt.dense_bytes)
+               if ex_name and a.experts else None)
     f = (floor.floor(a, args.ctx, fmt, args.convention, experts=experts) if args.tp == 1
          else tp.floor(a, args.ctx, args.tp, fmt, args.convention))
     ar_us, ar_backend = _allreduce_latency(args)

@@ -392,11 +392,14 @@ def predict(cal: Calibration, arch: Arch, ctx: int, gpu: specs.GpuSpec, mode: st
         if mode not in cal.launch_us_per_kernel:
             raise UserError(f"the calibration has no {mode}/graph pair to give the {mode} launch cost; pass --from "
                             f"results with both modes for the same model and ctx (`floorline run --mode {mode},graph`)")
-    fl = (floor.floor(arch, ctx, floor.weight_format(dtype), cal.convention) if tp_size == 1 else
-          tp.floor(arch, ctx, tp_size, floor.weight_format(dtype), cal.convention))
+    fmt = floor.weight_format(dtype)
+    # routed experts as the checkpoint stores them (gpt-oss: mxfp4), as `floor` counts them; once always `dtype`
+    experts = floor.expert_format(arch.expert_format, fmt.dense_bytes) if arch.experts else None
+    fl = (floor.floor(arch, ctx, fmt, cal.convention, experts=experts) if tp_size == 1 else
+          tp.floor(arch, ctx, tp_size, fmt, cal.convention))
     if arch.experts and cal.convention == "paper":  # the study's W is a dense model's; a MoE step reads its top-k
         fl = floor.Floor("paper", {**fl.components,
-                                   "experts": floor.components(arch, ctx, floor.weight_format(dtype))["experts"]})
+                                   "experts": floor.components(arch, ctx, fmt, experts=experts)["experts"]})
     ar_count = tp.allreduce_count(arch, tp_size)
     allreduce_ms = ar_count * (allreduce_us or 0.0) / 1e3
     eta, c = cal.replay_params(mode if mode in REPLAY_MODES else "graph")

@@ -214,7 +214,10 @@ def document(records: list[dict], figures: list[Figure], notes: list[str] | None
     doc.add(Text(f"{plural(len(records), 'record')}: {plural(len(cells), 'cell')} ({len(C.valid(cells))} valid), "
                  f"{plural(len(ab_cells), 'A/B session cell')}, "
                  f"{plural(len(summaries), 'A/B summary', 'A/B summaries')}, "
-                 f"{plural(len(explains), 'explain record')}. Every record, flat: results.csv."))
+                 f"{plural(len(explains), 'explain record')}"
+                 + (f", {plural(len(C.of_kind(records, 'kernels')), 'kernel-chain record')} (`quant --kernels`)"
+                    if C.of_kind(records, "kernels") else "")
+                 + ". Every record, flat: results.csv."))
     cell_sections(doc, cells)
     published_section(doc, cells)
     if summaries:
