@@ -533,6 +533,9 @@ def test_a_folder_where_a_file_belongs_is_named_as_one(argv, tmp_path):
 
 @pytest.mark.parametrize("argv, named", [
     (["run", "--model", "tiny-llama", "--device", "cpu", "--mode", "eager", "--native", "mlp=gemv"], "--mode"),
+    (["run", "--model", "tiny-llama", "--device", "cpu", "--mode", "all", "--native", "mlp=gemv"], "(eager,static)"),
+    (["sweep", "--models", "tiny-llama", "--ctx", "16", "--device", "cpu", "--modes", "all", "--native", "pdl=off",
+      "--dry-run"], "no cell of this grid runs mode native"),
     (["sweep", "--models", "tiny-llama", "--ctx", "16", "--device", "cpu", "--modes", "eager", "--native", "pdl=off",
       "--dry-run"], "--modes"),
     (["floor", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "h200", "--allreduce-backend", "nccl"],

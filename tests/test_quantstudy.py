@@ -10,6 +10,7 @@ import pytest
 from conftest import run_cli
 
 from floorline.bench import config
+from floorline.core import records
 from floorline.core.errors import UserError
 from floorline.report import quantrows
 from floorline.study import quantstudy
@@ -124,6 +125,15 @@ def test_quant_command_end_to_end_and_resume(tmp_path):
         assert w in stdout
     rc, _, _ = run_cli(argv)  # resumes: nothing new to run, the unavailable reason is not repeated
     assert rc == 0 and len(out.read_text().splitlines()) == len(recs)
+    # the exit code says what the tables show: a sweep's timeout of another mode in the shared file does not fail it
+    # (it once did), the latest record of a shown cell crashing does
+    nf4 = cells[("nf4", "cell")]
+    other = dict(nf4, run_id="sweep-static", mode="static", valid=False, reason="timeout after 20 s")
+    records.append(out, [other])
+    assert run_cli(argv)[0] == 0
+    records.append(out, [dict(nf4, run_id="later", valid=False, reason="crash: exit code 7: it fell over")])
+    rc, stdout, _ = run_cli(argv)
+    assert rc == 1 and "crash: exit code 7" in stdout
     rc, _, err = run_cli(["report", str(out), "--out", str(tmp_path / "rep")])
     assert rc == 0, err
     md = (tmp_path / "rep" / "report.md").read_text()

@@ -211,12 +211,15 @@ def test_a_stream_as_output_is_written_not_read(tmp_path):
     assert [json.loads(x)["run_id"] for x in lines] == ["r1", "r2"]
 
 
-def test_append_waits_while_another_process_holds_the_file(tmp_path, capsys):
-    """An append starts its record only when no other floorline process is writing or repairing the file, and says
-    once that it waits (a stuck process holding the lock is otherwise a silent hang)."""
+def test_append_waits_while_another_process_holds_the_file(tmp_path, capsys, monkeypatch):
+    """An append starts its record only when no other floorline process is writing or repairing the file, and once
+    the lock has been held past a record's write it says that it waits, once a file (a stuck process holding the
+    lock is otherwise a silent hang)."""
     import threading
+    import time
 
     fcntl = pytest.importorskip("fcntl")
+    monkeypatch.setattr(records, "LOCK_QUIET_S", 0.2)
     p = tmp_path / "r.jsonl"
     p.write_text(REC)
     records.append(p, [{"schema_version": 2, "a": 2}])  # no other process: nothing said
@@ -224,14 +227,19 @@ def test_append_waits_while_another_process_holds_the_file(tmp_path, capsys):
     p.write_text(REC)
     with open(p, "rb") as other:
         fcntl.flock(other.fileno(), fcntl.LOCK_EX)
-        t = threading.Thread(target=records.append, args=(p, [{"schema_version": 2, "a": 2}]))
+        recs = [{"schema_version": 2, "a": 2}, {"schema_version": 2, "a": 3}]
+        t = threading.Thread(target=records.append, args=(p, recs))
         t.start()
-        t.join(0.5)
+        err, end = "", time.monotonic() + 20
+        while not err and time.monotonic() < end:  # (polled: a loaded machine may start the thread late)
+            time.sleep(0.05)
+            err = capsys.readouterr().err
         assert t.is_alive() and p.read_text() == REC
-        assert capsys.readouterr().err == f"floorline: waiting for {p}: another process is writing it\n"
+        assert err == f"floorline: waiting for {p}: another floorline process holds it\n"
         fcntl.flock(other.fileno(), fcntl.LOCK_UN)
     t.join(10)
-    assert [r["a"] for r in records.read(p)] == [1, 2]
+    assert [r["a"] for r in records.read(p)] == [1, 2, 3]
+    assert capsys.readouterr().err == ""  # said once, not once a record
 
 
 @pytest.mark.parametrize("text", ["my notes\nline two\nimportant last line\n", "my notes\nlast line, no newline",
@@ -267,5 +275,5 @@ def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):
 
     if not os.path.exists("/dev/full"):
         pytest.skip("needs /dev/full")
-    with pytest.raises(UserError, match="/dev/full: cannot write a record .*another --output"):
+    with pytest.raises(UserError, match="/dev/full: cannot write a record .*free space there or write elsewhere"):
         records.append("/dev/full", [_rec(1)])

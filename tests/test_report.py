@@ -383,3 +383,20 @@ def test_the_header_names_every_kind_of_record_it_counts():
     text = sections.document(recs, []).blocks[0].text
     assert text.startswith("3 records: 1 cell (1 valid)") and "2 kernel-chain records" in text, text
     assert "kernel-chain" not in sections.document(recs[:1], []).blocks[0].text
+
+
+def test_a_folder_still_names_floorline_files_it_cannot_read(tmp_path):
+    """The folder search skips other tools' files only: a floorline file from a newer version, or with a corrupt first
+    record, is still the error it was (not skipped as "another tool's"), and a binary file is not read whole."""
+    d = tmp_path / "results"
+    d.mkdir()
+    _write(d / "good.jsonl", [_machines()[0][0]])
+    (d / "blob.jsonl").write_bytes(b"\x00\xff" * (3 << 20))  # no newline, 6 MiB: skipped
+    recs, notes = load_results([str(d)])
+    assert len(recs) == 1 and any("blob.jsonl" in n for n in notes)
+    (d / "newer.jsonl").write_text(json.dumps({"schema_version": 99, "run_id": "n"}) + "\n")
+    with pytest.raises(UserError, match="newer.jsonl:1: schema_version 99 is newer"):
+        load_results([str(d)])
+    (d / "newer.jsonl").write_text('{"schema_version": 2, "run_id": "cut\n')
+    with pytest.raises(UserError, match="newer.jsonl:1: not a JSON record"):
+        load_results([str(d)])

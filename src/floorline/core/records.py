@@ -19,10 +19,12 @@ Schema history (bump SCHEMA_VERSION when a key changes meaning or goes away; add
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 from floorline.core.errors import UserError
@@ -42,6 +44,23 @@ REQUIRED_KEYS = (
 )
 
 
+LOCK_QUIET_S = 1.0  # a lock held this long is no record being written: the wait is said (once a file)
+_ANNOUNCED: set = set()
+
+
+def _try_lock(f, kind: int, seconds: float) -> bool:
+    """The lock, without blocking, retried for `seconds`; False when another holder kept it that long."""
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(f.fileno(), kind | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def _locked(f, exclusive: bool = True):
     """An advisory lock (flock) on an open results file, so that floorline processes writing one file never overlap:
@@ -51,10 +70,11 @@ def _locked(f, exclusive: bool = True):
     if fcntl is not None:
         kind = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         try:
-            try:
-                fcntl.flock(f.fileno(), kind | fcntl.LOCK_NB)
-            except BlockingIOError:  # another process holds it: say so once, then wait (never silently)
-                print(f"floorline: waiting for {f.name}: another process is writing it", file=sys.stderr, flush=True)
+            if not _try_lock(f, kind, LOCK_QUIET_S):  # held past a record's write: say so once a file, then wait
+                if f.name not in _ANNOUNCED:
+                    _ANNOUNCED.add(f.name)
+                    print(f"floorline: waiting for {f.name}: another floorline process holds it", file=sys.stderr,
+                          flush=True)
                 fcntl.flock(f.fileno(), kind)
             held = True
         except OSError:  # a file system without locks (some network mounts): written as before, unlocked
@@ -96,9 +116,11 @@ def append(path: str | os.PathLike, records: list[dict]) -> None:
                     f.flush()
                     if regular:
                         os.fsync(f.fileno())
-    except OSError as e:  # a full disk, a quota, a device that went away: one line, not a traceback
-        raise UserError(f"{p}: cannot write a record ({e.strerror or e}); free space there or give another "
-                        f"--output (the records written before are kept)") from None
+    except OSError as e:  # a full disk, a quota, a pipe closed: one line, not a traceback
+        fix = ("free space there or write elsewhere" if e.errno in (errno.ENOSPC, errno.EDQUOT) else
+               "write elsewhere")
+        raise UserError(f"{p}: cannot write a record ({e.strerror or e}); {fix} (the records written before are "
+                        f"kept)") from None
 
 
 def torn_tail(data: bytes) -> tuple[int, str | None]:

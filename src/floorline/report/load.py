@@ -34,14 +34,20 @@ def result_files(paths: list[str]) -> list[tuple[Path, bool]]:
 
 
 def _foreign(path: Path) -> bool:
-    """A JSON-lines file whose first line is no floorline record (another tool's, a probe's): not ours to read."""
+    """A JSON-lines file that is not floorline's (another tool's, a probe's): its first line is JSON without a
+    schema_version, or is not a JSON object at all. A floorline file from a newer version, or with a corrupt first
+    record, is floorline's: records.read names its error. At most the first MiB is read."""
     with open(path, "rb") as f:
-        first = next((ln for ln in f if ln.strip()), b"")
+        first = b""
+        while not first.strip():
+            first = f.readline(1 << 20)
+            if not first:
+                return False  # empty: nothing to read, nothing to skip
     try:
-        records.parse(first.decode("utf-8", "replace"), str(path))
-    except UserError:
-        return True
-    return False
+        rec = json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return not first.lstrip().startswith(b"{")  # a record cut or corrupted stays floorline's error
+    return not isinstance(rec, dict) or "schema_version" not in rec
 
 
 def identity(rec: dict) -> str:
