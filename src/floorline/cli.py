@@ -103,12 +103,8 @@ def cmd_floor(args) -> int:
         raise UserError(f"--experts sets how a mixture-of-experts model stores its routed experts; {a.name} is dense: "
                         f"drop --experts (--weight-bits sets its matrices)")
     fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
-    # routed experts as the checkpoint stores them (gpt-oss: mxfp4) unless --weight-bits or --experts says otherwise
-    ex_name = args.experts or (a.expert_format if fmt.bits is None else None)
-    # (--experts bf16 is 2 bytes a weight whatever --dtype; the checkpoint's bf16 experts follow --dtype, as a run
-    # builds them)
-    experts = (floor.expert_format(ex_name, 2 if args.experts == "bf16" else fmt.dense_bytes)
-               if ex_name and a.experts else None)
+    experts = floor.experts_read(a, fmt, args.experts)
+    ex_name = (experts.name or args.experts or args.dtype) if experts else None  # mxfp4, or the bytes' dtype
     f = (floor.floor(a, args.ctx, fmt, args.convention, experts=experts) if args.tp == 1
          else tp.floor(a, args.ctx, args.tp, fmt, args.convention))
     ar_us, ar_backend = _allreduce_latency(args)
@@ -135,7 +131,7 @@ def cmd_floor(args) -> int:
     if a.experts:
         read = f"the top {a.top_k}" if args.convention == "strict" else "all"
         out.print(f"MoE: {read} of {a.experts} experts in each of {a.n_moe} layers, stored "
-                  f"{(experts.name or args.dtype) if experts else bits} (--experts to change)")
+                  f"{ex_name or bits} (--experts to change)")
     if args.tp > 1:
         term = (f"{f.allreduce_count} x {ar_us:.2f} us ({ar_backend}) = {f.allreduce_ms(ar_us):.3f} ms, added below"
                 if ar_us is not None else "not in the figures below: give --allreduce-us or --allreduce-from")
@@ -225,11 +221,11 @@ def _out_dir(path: str) -> Path:
 FAILED = ("crash", "quant", "timeout", "out of memory", "invalid input")  # reasons that fail a command: exit 1
 
 
-def _failed(recs: list[dict]) -> bool:
+def _failed(reasons) -> bool:
     """A cell crashed, timed out, ran out of memory, was refused, or its quantised model failed its check: the
     command exits 1 (the records say why). A backend not installed ("unavailable") or a measurement flagged invalid
     (a step below the floor) is a finding, not a failure."""
-    return any(str(r.get("reason") or "").startswith(FAILED) for r in recs)
+    return any(str(r or "").startswith(FAILED) for r in reasons)
 
 
 def cmd_run(args) -> int:
@@ -271,7 +267,7 @@ def cmd_run(args) -> int:
         err.print(line)
     if args.output:
         err.print(f"{len(done)} record(s) appended to {args.output}")
-    return 1 if _failed(done) else 0
+    return 1 if _failed(r.get("reason") for r in done) else 0
 
 
 def _runs_to_resume(cfg, have: list[dict]) -> list:
@@ -405,7 +401,7 @@ def cmd_sweep(args) -> int:
     grid = sweep.latest(cells, [*have, *results])
     valid = sum(1 for r in grid if r.get("valid"))
     err.print(f"{valid}/{len(cells)} cells valid in {args.output} ({len(grid)} recorded, {len(results)} run now)")
-    return 1 if _failed(grid) else 0
+    return 1 if _failed(r.get("reason") for r in grid) else 0
 
 
 def _names(s: str, flag: str = "--mode") -> list[str]:
@@ -512,7 +508,7 @@ def cmd_quant(args) -> int:
     out.file.flush()
     err.print(f"records in {args.output}")
     # the exit code says what the tables show (not an earlier run's failure of another mode in the shared file)
-    return 1 if _failed([{"reason": r["status"]} for r in cell_rows + chain_rows]) else 0
+    return 1 if _failed(r["status"] for r in cell_rows + chain_rows) else 0
 
 
 # -------------------------------------------------------------------------------------------------------- endpoint

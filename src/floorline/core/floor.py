@@ -121,6 +121,17 @@ def expert_format(name: str, dense_bytes: int = 2) -> WeightFormat:
     return WeightFormat(dense_bytes=dense_bytes)
 
 
+def experts_read(a: Arch, fmt: WeightFormat, asked: str | None = None) -> WeightFormat | None:
+    """How a step reads `a`'s routed experts (None: as `fmt`, or a dense model). `asked` (`floor --experts`): bf16 is
+    2 bytes a weight whatever the dtype, or mxfp4. Else as the checkpoint stores them where the matrices are not
+    quantised: gpt-oss's mxfp4; a bf16 checkpoint's experts in the run's dtype, as a run builds them."""
+    if not a.experts:
+        return None
+    if asked:
+        return expert_format(asked, 2)
+    return expert_format(a.expert_format, fmt.dense_bytes) if fmt.bits is None else None
+
+
 def kv_positions_read(a: Arch, i: int, ctx: int) -> int:
     """Cached positions layer i's attention reads with `ctx` tokens in the cache. A sliding layer's query sees the
     `window` latest tokens itself included (transformers: kv_idx > q_idx - window), so window - 1 cached ones;

@@ -15,12 +15,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-# (header, record key, format) for the one-row-per-mode summary of `floorline run`
 def gbps(v: float | None) -> str:
     """GB/s as a whole number, or three significant figures below 100 (a tiny model on a CPU: 0.312, not 0)."""
     return "-" if v is None else f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
+# (header, record key, format) for the one-row-per-mode summary of `floorline run`
 COLUMNS = [
     ("model", "model", "{}"),
     ("ctx", "ctx", "{}"),

@@ -393,8 +393,7 @@ def predict(cal: Calibration, arch: Arch, ctx: int, gpu: specs.GpuSpec, mode: st
             raise UserError(f"the calibration has no {mode}/graph pair to give the {mode} launch cost; pass --from "
                             f"results with both modes for the same model and ctx (`floorline run --mode {mode},graph`)")
     fmt = floor.weight_format(dtype)
-    # routed experts as the checkpoint stores them (gpt-oss: mxfp4), as `floor` counts them; once always `dtype`
-    experts = floor.expert_format(arch.expert_format, fmt.dense_bytes) if arch.experts else None
+    experts = floor.experts_read(arch, fmt)  # as `floor` counts them (gpt-oss: mxfp4); once always in `dtype`
     fl = (floor.floor(arch, ctx, fmt, cal.convention, experts=experts) if tp_size == 1 else
           tp.floor(arch, ctx, tp_size, fmt, cal.convention))
     if arch.experts and cal.convention == "paper":  # the study's W is a dense model's; a MoE step reads its top-k
