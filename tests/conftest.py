@@ -17,6 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
+# the checkout's own sources, in this process and in the ones the tests start (sweep's cells), whichever checkout an
+# installed floorline (pip install -e) points at
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+sys.path.insert(0, SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
+
 if not torch.cuda.is_available():  # mode native's Triton kernels run under Triton's interpreter on the CPU;
     os.environ.setdefault("TRITON_INTERPRET", "1")  # read when triton is first imported, so before any test module
 

@@ -162,6 +162,7 @@ def test_parse_endpoint_arm():
     assert ab.parse_arm("endpoint=http://h:1/v1", dtype="fp32").dtype == "bf16"
     assert ab.parse_arm("endpoint=http://h:1/v1,served=y,weight_bits=4", served="x") == ab.Arm(
         "endpoint", "bf16", "sdpa", endpoint="http://h:1/v1", served="y", weight_bits=4)
+    assert ab.parse_arm("endpoint=http://h:1/v1,weight_bits=4,group_size=row").group_size == "row"
 
 
 @pytest.mark.parametrize("spec, says", [
@@ -173,6 +174,9 @@ def test_parse_endpoint_arm():
     ("endpoint=http://h:1/v1,quant=nf4", "for floorline's own modes"),
     ("endpoint=http://h:1/v1,weight_bits=four", "whole number"),
     ("endpoint=http://h:1/v1,dtype=int3", "unknown dtype"),
+    ("endpoint=http://h:1/v1,group_size=64", "add weight_bits= 4 or 8"),  # unquantised: it would change nothing
+    ("endpoint=http://h:1/v1,bpw=Q4_K,group_size=64", "drop group_size="),
+    ("endpoint=http://h:1/v1,weight_bits=4,group_size=some", "whole number or row"),
 ])
 def test_parse_endpoint_arm_rejects(spec, says):
     with pytest.raises(UserError, match=re.escape(says)):
@@ -193,3 +197,12 @@ def test_key_of_mode_arms_is_unchanged_by_endpoint_fields():
     assert cfg.key() == hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
     e = ab.ABConfig(cfg.base, cfg.a, ab.parse_arm("endpoint=http://h:1/v1,served=m"))
     assert e.key() != cfg.key() != ab.ABConfig(cfg.base, cfg.a, ab.parse_arm("endpoint=http://h:1/v1,served=n")).key()
+
+
+def test_the_summary_line_says_when_its_interval_under_covers():
+    from floorline.report import display
+
+    s = {"ratio_gmean": 1.2, "ratio_gmean_ci95": [1.1, 1.3], "bootstrap_resamples": 10000, "seed": 0}
+    few = display.ab_gmean_line({**s, "ratios": [1.2] * 10})
+    assert few.startswith("geometric mean 1.200x [1.100, 1.300]") and "under-covers at 10 sessions" in few
+    assert "under-covers" not in display.ab_gmean_line({**s, "ratios": [1.2] * 50})

@@ -211,13 +211,14 @@ def _check_local(rc, stdout, stderr, d):
     assert floor.parameter_count(a) == ref.params
 
 
-def test_run_local_directory(tiny_qwen2_dir):
+def test_run_local_directory_loads_its_weights(tiny_qwen2_dir, monkeypatch, capsys):
     _check_local(*_run_local(tiny_qwen2_dir), tiny_qwen2_dir)
-
-
-def test_run_local_directory_loads_its_weights(tiny_qwen2_dir):
-    _check_local(*_run_local(tiny_qwen2_dir), tiny_qwen2_dir)
-    # and the weights are the saved ones, not fresh random values
+    # the run (in this process) loads the folder's weights: it never builds random ones
+    monkeypatch.setattr(models, "build_random", lambda *a, **k: pytest.fail("a local folder's run built random weights"))
+    assert cli.main(["run", "--model", str(tiny_qwen2_dir), "--ctx", "16", "--device", "cpu", "--steps", "2",
+                     "--warmup", "1", "--mode", "eager", "--format", "json"]) == 0
+    monkeypatch.undo()
+    # and the weights loaded are the saved ones, not fresh random values
     a = zoo.resolve(str(tiny_qwen2_dir))
     loaded = models.build(a, torch.device("cpu"), "bf16")
     saved = models.build_random(zoo.ZOO["tiny-qwen2"], torch.device("cpu"), "bf16", seed=3)
@@ -292,6 +293,17 @@ def test_floor_json_int4_all_gpus(capsys):
     assert d["floor_ms_by_gpu"]["h200"] == pytest.approx(d["floor_bytes"] / 4800e9 * 1e3)
 
 
+@pytest.mark.parametrize("group, want", [([], 128), (["--group-size", "64"], 64), (["--group-size", "row"], None)])
+def test_floor_group_size(capsys, group, want):
+    rc = cli.main(["floor", "--model", "llama-3.2-1b", "--ctx", "128", "--weight-bits", "4", "--format", "json", *group])
+    d = json.loads(capsys.readouterr().out)
+    fmt = floor.weight_format("bf16", 4, want)
+    assert rc == 0 and d["group_size"] == want
+    assert d["floor_bytes"] == floor.floor(zoo.ZOO["llama-3.2-1b"], 128, fmt).bytes
+    # q_proj of llama-3.2-1b, 2048 x 2048: 2 MiB of codes, and a 2-byte scale and zero per group (per row: 2048)
+    assert fmt.matrix_bytes(2048, 2048) == 2048 * 2048 // 2 + 2 * 2 * 2048 * (2048 // want if want else 1)
+
+
 def test_floor_table(capsys):
     rc = cli.main(["floor", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "h200"])
     o, _ = capsys.readouterr()
@@ -310,6 +322,7 @@ def assert_one_line_error(rc, stderr, *needles):
         assert n in lines[0], (n, lines[0])
 
 
+FLOOR_1B = ["floor", "--model", "llama-3.2-1b", "--ctx", "128"]
 BAD_INPUT = {
     "unknown model": (["run", "--model", "gpt-5", "--device", "cpu"], ["unknown model 'gpt-5'", "tiny-llama"]),
     "unknown gpu": (["floor", "--model", "qwen2.5-7b", "--ctx", "2048", "--gpu", "t4"], ["unknown GPU 't4'", "h200"]),
@@ -342,6 +355,10 @@ BAD_INPUT = {
     "sweep models empty": (["sweep", "--models", " ", "--ctx", "16", "--device", "cpu", "--dry-run"],
                            ["--models ' '", "at least one"]),
     "allreduce hidden zero": (["allreduce", "--tp", "2", "--device", "cpu", "--hidden", "0"], ["--hidden"]),
+    # --group-size for unquantised matrices would change nothing: a mistake, not a no-op
+    "floor group size unquantised": (FLOOR_1B + ["--group-size", "64"], ["add --weight-bits 4 or 8", "drop"]),
+    "floor group size bf16 16": (FLOOR_1B + ["--weight-bits", "16", "--group-size", "64"], ["add --weight-bits"]),
+    "floor group size zero": (FLOOR_1B + ["--weight-bits", "4", "--group-size", "0"], ["elements or row"]),
     "ab timeout zero": (["ab", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--a", "eager", "--b",
                          "static", "--timeout", "0"], ["--timeout"]),
 }
@@ -568,3 +585,19 @@ def test_run_table_title_names_each_rows_own_bandwidth_when_they_differ():
     two = display.run_table([r, dict(r, ctx=24, measured_gbps=28.1), dict(r, ctx=32, measured_gbps=12.2)],
                             wide=True).title
     assert "12-28 GB/s measured (each row at its own process's)" in two and "20 GB/s" not in two
+
+
+def test_run_with_no_options_is_the_readmes_default(monkeypatch, capsys):
+    """`floorline run` on a CPU: qwen2.5-0.5b, ctx 1024, eager and static, 5 warm-up and 30 timed steps (the
+    README's first command and its first-minute figure depend on each)."""
+    from floorline.bench import measure
+
+    seen = []
+    monkeypatch.setattr(measure, "measure_cells", lambda cfg, **kw: seen.append(cfg) or [])
+    monkeypatch.setattr("floorline.bench.device.resolve_device", lambda d: __import__("torch").device("cpu"))
+    assert cli.main(["run"]) == 0
+    (cfg,) = seen
+    assert (cfg.model, cfg.ctxs, cfg.warmup, cfg.steps) == ("qwen2.5-0.5b", [1024], 5, 30)
+    from floorline.bench.config import expand_modes
+
+    assert expand_modes(cfg.modes, __import__("torch").device("cpu"), cfg.quant) == ["eager", "static"]

@@ -15,12 +15,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import complete_lines, read_jsonl_strict, run_cli
 
 from floorline.core import floor, records, specs, zoo
+from floorline.core.errors import UserError
 from floorline.serve import endpoint
 from floorline.study import ab, resume
 
@@ -481,3 +483,17 @@ def test_server_overhead_rows():
     assert "ITL 30.000 ms" in head and "TTFT 70.0 ms" in head and "3 sessions" in head and "uvicorn" in head
     assert body == [["graph", "8.000", "+22.000", "3.75x"], ["native", "4.000", "+26.000", "7.50x"]]
     assert display.server_overhead([rec("graph", 8.0)]) == ("", [])
+
+
+def test_weight_floors_group_size():
+    a = zoo.ZOO["llama-3.2-1b"]
+    cfg = endpoint.EndpointConfig(url="http://h:1/v1", model="llama-3.2-1b", ctxs=[128], weight_bits=4)
+    strict, _, rec = endpoint.weight_floors(a, 128, cfg)
+    assert rec["quant"] == "int4-g128" and strict == floor.floor(a, 128, floor.weight_format("bf16", 4, 128))
+    strict, _, rec = endpoint.weight_floors(a, 128, replace(cfg, group_size="row"))
+    assert rec["quant"] == "int4-row" and rec["weight_group_size"] is None
+    assert strict == floor.floor(a, 128, floor.weight_format("bf16", 4, None))
+    for bad, says in ((replace(cfg, weight_bits=None, group_size=64), "add --weight-bits 4 or 8"),
+                      (replace(cfg, weight_bits=None, bpw="Q4_K", group_size=64), "not both")):
+        with pytest.raises(UserError, match=says):
+            endpoint.weight_floors(a, 128, bad)

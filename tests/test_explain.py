@@ -76,7 +76,7 @@ def test_layer_slots_split_a_kernel_by_its_place_in_the_layer():
     assert display.explain_rows([{**row, "attention_gbps": None}])[0][-1] == "-"
 
 
-def test_explain_cpu_end_to_end(tmp_path, capsys):
+def test_explain_cpu_end_to_end(tmp_path, capsys, monkeypatch):
     rc = cli.main(["explain", "--model", "tiny-qwen2", "--ctx", "32", "--mode", "eager,static", "--device", "cpu",
                    "--steps", "4", "--warmup", "1", "--profile-steps", "2", "--out", str(tmp_path)])
     assert rc == 0
@@ -110,6 +110,15 @@ def test_explain_cpu_end_to_end(tmp_path, capsys):
         assert sum(x["ms_per_step"] for x in slots) <= sum(k["ms_per_step"] for k in r["top_kernels"]) + 1e-9
     png = (tmp_path / "explain.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    # a second explain into the same folder adds its records after the first's (nothing is lost); the plot is its own
+    from floorline.bench import explain
+
+    monkeypatch.setattr(explain, "explain", lambda *a, **k: [{**rows[1], "ctx": 48}])
+    assert cli.main(["explain", "--model", "tiny-qwen2", "--ctx", "48", "--mode", "static", "--device", "cpu",
+                     "--out", str(tmp_path)]) == 0
+    again = [json.loads(ln) for ln in open(tmp_path / "explain.jsonl")]
+    assert again == rows + [{**rows[1], "ctx": 48}]
+    assert (tmp_path / "explain.png").read_bytes() != png
 
 
 def test_explain_keeps_the_profilers_own_lines_off_stderr():

@@ -5,6 +5,7 @@ config that leaves a byte-relevant field to a class default, native on a family 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -76,6 +77,26 @@ def test_unknown_model_type_is_one_line_naming_the_supported_ones(tmp_path):
     assert rc == 2 and "Traceback" not in err
     line = (out + err).strip()
     assert "gpt2" in line and "qwen3" in line and "gpt_oss" in line and len(line.splitlines()) == 1
+
+
+def test_a_config_without_model_type_says_so():
+    cfg = dict(zoo.ZOO["tiny-qwen3"].config)
+    del cfg["model_type"]
+    with pytest.raises(UserError, match="config.json has no model_type; add the one its architecture has"):
+        arch_from_config({**cfg, "architectures": ["Qwen3ForCausalLM"]}, "x")
+
+
+@pytest.mark.parametrize("q, flags", [
+    ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "--weight-bits 4 --group-size 32"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": -1}, "--weight-bits 8 --group-size row"),
+    ({"quant_method": "awq", "w_bit": 4, "q_group_size": 128}, "--weight-bits 4 --group-size 128"),
+    ({"quant_method": "fp8"}, "and --weight-bits (floor"),
+])
+def test_a_pre_quantised_dense_checkpoint_is_refused_naming_the_flags_that_count_it(q, flags):
+    """A bf16 floor for a GPTQ checkpoint would be 4x its bytes: refused (as a MoE's non-mxfp4 experts are), with the
+    format its config names."""
+    with pytest.raises(UserError, match=re.escape(flags)):
+        arch_from_config({**zoo.ZOO["tiny-qwen3"].config, "quantization_config": q}, "x")
 
 
 def test_a_config_that_leaves_head_dim_to_the_class_default_is_refused():
@@ -320,3 +341,14 @@ def test_floor_experts_bf16_is_two_bytes_whatever_the_dtype():
         assert rc == 0, err
         got[" ".join(extra)] = json.loads(out)["components"]["experts"]
     assert got["--dtype fp32 --experts bf16"] == got[""] and got["--dtype fp32"] == 2 * got[""]
+
+
+def test_floor_weight_bits_quantise_a_moes_bf16_experts_too():
+    """--weight-bits 4 on qwen3-30b-a3b: its bf16 checkpoint's experts are read as int4 g128 like the other matrices
+    (floor.experts_read gives None: the decoder's format). A step reads 48 layers x 8 experts x (gate, up: 768 x 2048;
+    down: 2048 x 768), each 4-bit codes plus a 2-byte scale and zero per 128 inputs."""
+    rc, out, err = run_cli(["floor", "--model", "qwen3-30b-a3b", "--ctx", "2048", "--weight-bits", "4",
+                            "--format", "json"])
+    assert rc == 0, err
+    per_expert = 2 * (768 * 2048 // 2 + 2 * 2 * 768 * 16) + (2048 * 768 // 2 + 2 * 2 * 2048 * 6)
+    assert json.loads(out)["components"]["experts"] == 48 * 8 * per_expert == 962_592_768

@@ -97,6 +97,11 @@ def test_a_report_of_rows_from_an_empty_cache_plots_them_without_a_warning(tmp_p
         written = write_report(records, str(tmp_path / "rep"))
     assert "ms_vs_context.png" in {p.name for p in written}
     assert not [w for w in caught if "log-scaled" in str(w.message) or "non-positive" in str(w.message)]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    # its GGUF rows are no floorline backend (no "Quantised backends" of published rows alone); its prompt rows are
+    # a kind the report knows, not an "unknown kind"
+    assert "Quantised backends" not in md and "unknown kind" not in md
+    assert "2 llama-bench prompt records (prefill, not decode) are only in results.csv" in md
 
 
 def test_import_measures_here_when_asked(tmp_path):

@@ -218,3 +218,38 @@ def test_prefill_reports_its_progress(tiny_llama_fp32):
     with torch.inference_mode():
         rt.prefill(torch.arange(100).unsqueeze(0), 32, lambda done, n: seen.append((done, n)))
     assert seen == [(32, 100), (64, 100), (96, 100), (100, 100)]
+
+
+@pytest.fixture(scope="module")
+def local_llama(tmp_path_factory):
+    from floorline.serve import servedir
+
+    return servedir.write_model_dir(zoo.ZOO["tiny-llama"], tmp_path_factory.mktemp("local") / "llama")
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"num_hidden_layers": 1}, "hold weights the config does not use (model.layers.1."),  # once loaded silently
+    ({"num_hidden_layers": 6}, "lack weights the config needs (model.layers.4."),
+    ({"intermediate_size": 999}, "[384, 128] in the files, [999, 128] from config.json"),  # once "see above report"
+])
+def test_a_config_that_does_not_match_its_weights_is_one_line_naming_them(local_llama, tmp_path, change, says):
+    import json
+    import shutil
+
+    d = shutil.copytree(local_llama, tmp_path / "llama")
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, **change}))
+    with pytest.raises(UserError, match="check config.json's sizes and layer count") as e:
+        models.build(zoo.resolve(str(d)), torch.device("cpu"), "fp32")
+    assert says in str(e.value) and "\n" not in str(e.value)
+    assert models.build(zoo.resolve(str(local_llama)), torch.device("cpu"), "fp32") is not None  # the original loads
+
+
+def test_a_missing_shard_is_named_as_missing(tmp_path):
+    m = models.build_random(zoo.ZOO["tiny-llama"], torch.device("cpu"), "fp32", 0, "sdpa")
+    m.save_pretrained(tmp_path / "sharded", max_shard_size="200KB")
+    shards = sorted((tmp_path / "sharded").glob("*.safetensors"))
+    assert len(shards) > 2
+    shards[1].unlink()
+    with pytest.raises(UserError, match=f"{shards[1].name}.*a file of the checkpoint is missing: copy the whole"):
+        models.build(zoo.resolve(str(tmp_path / "sharded")), torch.device("cpu"), "fp32")

@@ -277,3 +277,51 @@ def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):
         pytest.skip("needs /dev/full")
     with pytest.raises(UserError, match="/dev/full: cannot write a record .*free space there or write elsewhere"):
         records.append("/dev/full", [_rec(1)])
+
+
+def test_one_planning_command_a_file(tmp_path):
+    """Two sweeps on one file once both ran every cell: the second planning command is one line; records are still
+    appended and read while the first plans (its lock is a byte no reader or writer takes)."""
+    p = tmp_path / "r.jsonl"
+    with records.planning(p):
+        assert p.exists() and p.stat().st_size == 0  # made to hold the lock
+        with pytest.raises(UserError, match="another floorline command is running from this file"):
+            with records.planning(p):
+                pass
+        records.append(p, [{"schema_version": 2, "x": 1}])
+        assert records.read(p) == [{"schema_version": 2, "x": 1}]
+    with records.planning(p):  # released at the end: the next one may plan
+        pass
+    assert records.read(p) == [{"schema_version": 2, "x": 1}]
+    q = tmp_path / "new.jsonl"
+    with records.planning(q):
+        pass
+    assert not q.exists()  # a command that wrote nothing leaves no file behind
+    with records.planning(None), records.planning(tmp_path / "no" / "such" / "folder.jsonl"):
+        pass
+
+
+def test_a_second_sweep_on_the_same_file_is_refused(tmp_path, capsys):
+    from floorline import cli
+
+    p = tmp_path / "r.jsonl"
+    with records.planning(p):  # a sweep of another process, as far as the lock can tell
+        rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--device", "cpu",
+                       "--output", str(p)])
+    e = capsys.readouterr().err
+    assert rc == 2 and "another floorline command is running from this file" in e and e.count("\n") == 1, e
+    assert not p.exists() or p.stat().st_size == 0
+
+
+def test_each_record_is_fsynced_on_a_regular_file(tmp_path, monkeypatch):
+    """A killed run keeps every finished record: each is on disk (fsync) before the next is measured; a stream
+    (/dev/null, a pipe) is written without one (it has no disk to sync)."""
+    import os
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    records.append(tmp_path / "r.jsonl", [{"schema_version": 2, "i": i} for i in range(3)])
+    assert len(synced) == 3
+    records.append("/dev/null", [{"schema_version": 2}])
+    assert len(synced) == 3

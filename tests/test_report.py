@@ -264,6 +264,36 @@ def test_corrupt_line_names_file_and_line(tmp_path):
     assert f"{bad}:2:" in str(e.value)
 
 
+def test_a_torn_last_line_is_left_out_with_a_note(tmp_path):
+    """What a killed sweep leaves (or one still writing): the line sweep's resume drops; report leaves it out too."""
+    cells = _machines()[0][:2]
+    p = tmp_path / "torn.jsonl"
+    p.write_text(json.dumps(cells[0]) + "\n" + json.dumps(cells[1])[:300])
+    recs, notes = load_results([str(p)])
+    assert recs == [cells[0]] and any("truncated" in n and str(p) in n for n in notes), notes
+    assert p.read_text().endswith(json.dumps(cells[1])[:300])  # left as it was: report repairs nothing
+
+
+def test_two_folders_of_one_name_are_two_rows(tmp_path):
+    """Two local models named by one folder name ("llama") are two models: never one row's median over both."""
+    r = _machines()[0][0]
+    one = {**r, "model": "llama", "model_path": "/a/llama", "model_config_sha256": "1" * 16}
+    recs = [one, {**one, "run_id": "x2", "model_path": "/b/llama", "model_config_sha256": "2" * 16},
+            {**one, "run_id": "x3", "model_path": "/elsewhere/llama"}]  # one's folder copied to another machine
+    got, notes = load_results([str(_write(tmp_path / "m.jsonl", recs))])
+    assert [g["model"] for g in got] == ["llama (/a/llama)", "llama (/b/llama)", "llama (/a/llama)"]
+    assert any("one name, several local folders" in n for n in notes)
+    got, notes = load_results([str(_write(tmp_path / "n.jsonl", [one, {**one, "run_id": "y2",
+                                                                     "model_path": "/elsewhere/llama"}]))])
+    assert [g["model"] for g in got] == ["llama", "llama"] and not any("several" in n for n in notes)
+
+
+def test_a_cell_lacking_a_required_key_is_read_with_a_note(tmp_path):
+    r = {k: v for k, v in _machines()[0][0].items() if k not in ("samples_ms", "tokens_per_s")}
+    recs, notes = load_results([str(_write(tmp_path / "old.jsonl", [r]))])
+    assert recs == [r] and "some cell records lack samples_ms, tokens_per_s; shown as '-'" in notes
+
+
 def test_newer_schema_is_refused(tmp_path):
     r = _machines()[0][0]
     p = _write(tmp_path / "new.jsonl", [r, {**r, "run_id": "later", "schema_version": records.SCHEMA_VERSION + 1}])
@@ -284,8 +314,9 @@ def test_nothing_to_report(tmp_path):
     empty = _write(tmp_path / "empty.jsonl", [])
     recs, _ = load_results([str(empty)])
     assert recs == []
-    with pytest.raises(UserError):
+    with pytest.raises(UserError, match="nothing to report"):
         write_report(recs, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # a report that fails leaves no folder behind
 
 
 def test_cli_report_on_the_committed_h200_grid(tmp_path, capsys):

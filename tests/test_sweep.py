@@ -71,7 +71,24 @@ def test_crash_and_timeout_are_recorded_invalid_and_the_sweep_goes_on(tmp_path, 
     assert recs[40]["valid"] is False and recs[40]["reason"].startswith("timeout after 20 s")
     for r in recs.values():  # failed cells still carry the schema and the analytic floor
         assert r["schema_version"] == records.SCHEMA_VERSION and r["floor_bytes"] > 0 and r["model"] == "tiny-llama"
-    assert "1/3 cells valid" in capsys.readouterr().err
+    e = capsys.readouterr().err
+    assert "1/3 cells valid" in e and "--rerun with the grid narrowed to it measures it again" in e
+    # the same grid again with other steps: nothing runs; the valid cell kept, and said to be from other steps
+    rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16,24,40", "--modes", "static", "--timeout", "20",
+                   "--output", str(out), "--device", "cpu", "--steps", "4", "--warmup", "1"])
+    e = capsys.readouterr().err
+    assert rc == 1 and "(3 recorded, 0 run now)" in e and len(lines(out)) == 3
+    assert "1 cell(s) in" in e and "other --steps/--warmup (e.g. 3/1, now 4/1)" in e
+
+
+def test_the_reasons_that_fail_a_command():
+    """Exit 1 for a crash, a timeout, out of memory, a refused cell or a quantised model that failed its check; a
+    library not installed or a step below the floor is a finding (exit 0)."""
+    for reason in ("crash: exit code 7", "timeout after 20 s", "out of memory: 80 GiB asked", "invalid input: bad",
+                   "quant: check failed"):
+        assert cli._failed([None, reason]), reason
+    for reason in (None, "unavailable: bitsandbytes not installed", "below the floor: 0.4 ms < 0.5 ms"):
+        assert not cli._failed([reason]), reason
 
 
 def test_past_max_position_is_invalid_without_a_process(tmp_path):
@@ -135,6 +152,30 @@ def test_dry_run_lists_cells_floors_and_memory(tmp_path, capsys):
     assert "14.26" in o  # qwen2.5-7b ctx 2048 strict floor, GB
     assert "max position 8192" in o  # tiny-llama at 16384
     assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_a_cell_given_twice_is_one_cell_and_two_folders_of_one_name_are_two(tmp_path, monkeypatch):
+    from floorline.core import zoo
+    from floorline.serve import servedir
+
+    a = servedir.write_model_dir(zoo.ZOO["tiny-llama"], tmp_path / "a" / "llama")
+    b = servedir.write_model_dir(zoo.ZOO["tiny-qwen2"], tmp_path / "b" / "llama")  # another model, the same name
+    base = RunConfig(model="", ctxs=[], modes=[], device="cpu")
+    cells = sweep.plan(["tiny-llama", "tiny-llama"], [16, 16, 32], ["eager", "eager"], base)
+    assert [(c.ctx, c.mode) for c in cells] == [(16, "eager"), (32, "eager")]
+    monkeypatch.chdir(tmp_path / "a")
+    cells = sweep.plan(["llama", str(a) + "/", str(b)], [16], ["eager"], base)
+    assert [c.arch.name for c in cells] == ["llama", "llama"]  # ./llama and a/llama/ are one folder
+    assert [c.arch.path for c in cells] == [str(a.resolve()), str(b.resolve())]
+    # what resume and report tell them apart by
+    ids = [c.arch.identity() for c in cells]
+    assert None not in (ids[0]["model_config_sha256"], ids[1]["model_config_sha256"])
+    assert ids[0]["model_config_sha256"] != ids[1]["model_config_sha256"]
+    assert zoo.ZOO["tiny-llama"].identity() == {"model": "tiny-llama", "model_path": None, "model_config_sha256": None}
+    done = resume.done_keys([resume.failure_record(cells[0], "crash: a test") | {"valid": True}])
+    assert cells[0].key() in done and cells[1].key() not in done
+    monkeypatch.chdir(a)
+    assert zoo.resolve(".").name == "llama"  # --model . is named by its folder, not ""
 
 
 def test_default_grid_is_the_studys():

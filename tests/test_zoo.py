@@ -76,7 +76,6 @@ def test_local_dir_resolves_to_its_config(tmp_path):
     assert a.name == "my-model" and a.path == str(d.resolve()) and a.params is None
     ref = zoo.ZOO["tiny-qwen2"]
     assert dataclasses.replace(a, name=ref.name, path=None, params=ref.params) == ref
-    assert floor.floor(a, 64).bytes == floor.floor(ref, 64).bytes
 
 
 ACCOUNTING_FIELDS = ("family", "hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab", "tied",
@@ -97,7 +96,6 @@ def test_arch_from_config_round_trips(name):
         assert b.rope_scaling is None
     else:
         assert {k: b.rope_scaling[k] for k in a.rope_scaling} == a.rope_scaling
-    assert floor.floor(b, 1000).components == floor.floor(a, 1000).components
 
 
 def test_arch_from_a_published_style_config():

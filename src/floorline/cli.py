@@ -17,7 +17,9 @@ from pathlib import Path
 from rich.console import Console
 
 from floorline import __version__
+from floorline.core import records
 from floorline.core.errors import UserError
+from floorline.native.options import NativeOptions
 
 # silence kineto's lines in `explain` (torch 2.13 prints USDT start/stop lines at 5); read when torch loads
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
@@ -102,7 +104,8 @@ def cmd_floor(args) -> int:
     if args.experts and not a.experts:
         raise UserError(f"--experts sets how a mixture-of-experts model stores its routed experts; {a.name} is dense: "
                         f"drop --experts (--weight-bits sets its matrices)")
-    fmt = floor.weight_format(args.dtype, args.weight_bits, args.group_size)
+    fmt = floor.weight_format(args.dtype, args.weight_bits,
+                              floor.group_option(args.group_size, args.weight_bits, args.dtype))
     experts = floor.experts_read(a, fmt, args.experts)
     ex_name = (experts.name or args.experts or args.dtype) if experts else None  # mxfp4, or the bytes' dtype
     f = (floor.floor(a, args.ctx, fmt, args.convention, experts=experts) if args.tp == 1
@@ -123,7 +126,7 @@ def cmd_floor(args) -> int:
             **(tp.record_fields(f, ar_us, ar_backend) if args.tp > 1 else {"tp": 1}),
         }))
         return 0
-    bits = f"int{fmt.bits} g{fmt.group_size or 'row'}" if fmt.bits else args.dtype
+    bits = (f"int{fmt.bits} " + (f"g{fmt.group_size}" if fmt.group_size else "per-row")) if fmt.bits else args.dtype
     out.print(display.table(display.FLOOR_HEADER, display.floor_rows(f),
                             f"{a.name}, ctx {args.ctx}, {bits} decoder matrices, {args.convention} convention: "
                             f"bytes one decode step moves" + (f" on each of {args.tp} GPUs (the heaviest rank, "
@@ -195,6 +198,19 @@ def _seconds(s: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds, got {s!r}") from None
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {s!r}")
+    return v
+
+
+def _group_size(s: str) -> int | str:
+    """--group-size: a positive number of elements, or row (one scale and zero per output row)."""
+    if s == "row":
+        return s
+    try:
+        v = int(s)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of elements or row, got {s!r}")
     return v
 
 
@@ -366,6 +382,13 @@ def cmd_sweep(args) -> int:
     cfg = sweep.SweepConfig(cells, args.output, args.timeout, args.rerun, args.gpus, args.ray)
     have = resume.load(args.output, lambda m: err.print(f"warning: {m}"), repair=not args.dry_run)
     todo = sweep.todo_cells(cfg, have)
+    run0 = cells[0].run
+    other = [r for r in ([] if args.rerun else sweep.latest(cells, have)) if r.get("valid")
+             and (r.get("steps"), r.get("warmup")) != (run0.steps, run0.warmup)]
+    if other:  # (steps and warmup are no part of a cell's key: a resume keeps what the file holds)
+        err.print(f"warning: {len(other)} cell(s) in {args.output} were measured with other --steps/--warmup (e.g. "
+                  f"{other[0]['steps']}/{other[0]['warmup']}, now {run0.steps}/{run0.warmup}); kept as they are, "
+                  f"--rerun measures them again")
     if args.dry_run:
         names = system.nvml_gpu_names() if cells[0].run.device.startswith("cuda") else []
         spec = specs.detect(names[0]) if names else None
@@ -400,7 +423,9 @@ def cmd_sweep(args) -> int:
             return 143 if isinstance(e, _Terminated) else 130
     grid = sweep.latest(cells, [*have, *results])
     valid = sum(1 for r in grid if r.get("valid"))
-    err.print(f"{valid}/{len(cells)} cells valid in {args.output} ({len(grid)} recorded, {len(results)} run now)")
+    err.print(f"{valid}/{len(cells)} cells valid in {args.output} ({len(grid)} recorded, {len(results)} run now)"
+              + ("; an invalid cell is kept as measured: --rerun with the grid narrowed to it measures it again"
+                 if valid < len(grid) else ""))
     return 1 if _failed(r.get("reason") for r in grid) else 0
 
 
@@ -458,7 +483,8 @@ def cmd_explain(args) -> int:
     d = _out_dir(args.out)
     with err.status("floorline explain") as status:
         rows = explain.explain(cfg, args.profile_steps, log=lambda m: status.update(m))
-    (d / "explain.jsonl").unlink(missing_ok=True)  # written before anything is printed (a closed pipe loses nothing)
+    # written before anything is printed (a closed pipe loses nothing), after an earlier run's records (kept); the
+    # plot is this run's
     records.append(d / "explain.jsonl", rows)
     explain.stacked_bar_png(rows, str(d / "explain.png"))
     r0 = rows[0]
@@ -473,7 +499,7 @@ def cmd_explain(args) -> int:
                                     f"by place in the layer (native: 1/2 q/k/v, 2/2 o, the MLP its own kernel; 1/1 "
                                     f"q/k/v where the merge is inside o; or mlp=gemv: 1/4 q/k/v, 2/4 o, 3/4 gate_up, "
                                     f"4/4 down; after: lm_head), {r['mode']} ctx {r['ctx']}"))
-    err.print(f"wrote {d / 'explain.jsonl'} and {d / 'explain.png'}")
+    err.print(f"added {len(rows)} record(s) to {d / 'explain.jsonl'}; plotted them in {d / 'explain.png'}")
     return 0
 
 
@@ -697,9 +723,8 @@ def build_parser() -> Parser:
     opts.add_argument("--quant", default="none", help="decoder matrices: none/bf16 (default), nf4, gptq-exllamav2, "
                                                       "awq-marlin, int4-tinygemm, int4-gemlite or int4 (floorline's)")
     opts.add_argument("--native", default="", metavar="NAME=VALUE,...",
-                      help="mode native's options: mlp=fused|gemv, attn_kernel=auto|triton|cuda, "
-                           "attn_chunk=0|16..1024, pdl=auto|off, step_tune=on|off (default: the first of each; "
-                           "docs/native.md)")
+                      help=f"mode native's options: {NativeOptions.help()} (default: the first of each; "
+                           f"docs/native.md)")
 
     cell = argparse.ArgumentParser(add_help=False, parents=[opts])
     cell.add_argument("--model", default=None,
@@ -719,7 +744,8 @@ def build_parser() -> Parser:
     f.add_argument("--convention", choices=["strict", "paper"], default="strict")
     f.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32 (unquantised parts and the KV cache)")
     f.add_argument("--weight-bits", type=int, default=None, help="16 (unquantised), 8 or 4 for the decoder matrices")
-    f.add_argument("--group-size", type=int, default=128, help="elements per scale/zero group (quantised only)")
+    f.add_argument("--group-size", type=_group_size, default=None,
+                   help="elements per scale/zero group of --weight-bits 8|4 matrices, or row (default 128)")
     f.add_argument("--experts", choices=["bf16", "mxfp4"], default=None,
                    help="how a MoE model's routed experts are stored (default: as its checkpoint, e.g. gpt-oss mxfp4)")
     f.add_argument("--format", choices=["table", "json"], default="table")
@@ -738,9 +764,10 @@ def build_parser() -> Parser:
     r.set_defaults(fn=cmd_run)
 
     b = sub.add_parser("ab", parents=[common, cell], help="A/B of two configurations over fresh sessions")
-    b.add_argument("--a", required=True, help="arm A: a mode, or mode=M,dtype=D,attn=sdpa|eager,quant=Q (e.g. eager), "
-                                               "or a running server: endpoint=URL[,served=NAME,bpw=B|weight_bits=N,"
-                                               "gpu=KEY]")
+    b.add_argument("--a", required=True, help="arm A: a mode, or mode=M,dtype=D,attn=sdpa|eager,quant=Q,tp=N,"
+                                               "allreduce=B and mode native's options (--native's names) (e.g. "
+                                               "eager), or a running server: endpoint=URL[,served=NAME,bpw=B|"
+                                               "weight_bits=N,group_size=G,gpu=KEY,device=D]")
     b.add_argument("--b", required=True, help="arm B, same form (e.g. graph)")
     b.add_argument("--served-model", default=None, help="the model name of endpoint arms that give no served= "
                                                         "(default: the first one GET /v1/models lists)")
@@ -809,9 +836,10 @@ def build_parser() -> Parser:
     ep.add_argument("--seed", type=int, default=0)
     ep.add_argument("--dtype", default="bf16", help="the server's dense dtype: unquantised parts and the KV cache")
     ep.add_argument("--weight-bits", type=int, default=None, help="8 or 4: decoder matrices as in `floor`")
-    ep.add_argument("--group-size", type=int, default=128, help="elements per scale/zero group (with --weight-bits)")
+    ep.add_argument("--group-size", type=_group_size, default=None,
+                    help="elements per scale/zero group of --weight-bits 8|4 matrices, or row (default 128)")
     ep.add_argument("--bpw", default=None, help="average bits per weight of every weight matrix, or a ggml type "
-                                                "(Q4_0, Q4_K, Q8_0, ...; see README for mixes like Q4_K_M)")
+                                                "(Q4_0, Q4_K, Q8_0, ...; docs/endpoint.md for mixes like Q4_K_M)")
     ep.add_argument("--gpu", default=None, help="the server's GPU, a key from `floorline specs` (default: detected "
                                                 "when the server runs on this host)")
     ep.add_argument("--device", default="auto", help="where the server runs when it is on this host (its copy "
@@ -864,7 +892,8 @@ def build_parser() -> Parser:
     e = sub.add_parser("explain", parents=[common, cell], help="profile a few steps: where the gap to the floor goes")
     e.add_argument("--mode", default="all", help="modes to compare side by side, comma-separated, or all")
     e.add_argument("--profile-steps", type=int, default=5, help="steps under the profiler (default 5)")
-    e.add_argument("--out", default="explain", help="folder for explain.jsonl and explain.png (default ./explain)")
+    e.add_argument("--out", default="explain", help="folder for explain.jsonl (added to) and explain.png (this run's "
+                                                    "plot) (default ./explain)")
     e.set_defaults(fn=cmd_explain)
     return p
 
@@ -889,6 +918,12 @@ def _is_stdout(path: str | None) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+def _plans(args) -> bool:
+    """A command that reads its --output to plan what it still runs (resume): one such command a file at a time."""
+    return (args.fn in (cmd_sweep, cmd_ab, cmd_quant) or (args.fn is cmd_run and args.resume)) and not getattr(
+        args, "dry_run", False)
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
 
@@ -901,7 +936,8 @@ def main(argv: list[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
-        return args.fn(args)
+        with records.planning(args.output if _plans(args) else None):
+            return args.fn(args)
     except UserError as e:
         if args.debug:
             raise

@@ -8,8 +8,8 @@ Patterns, over one buffer well past any last-level cache (GPU: up to 1 GiB, at m
   gemv   W @ x, W the buffer as (n / 8 KiB) rows of 4096 elements of the run's dtype, x one vector: a decode
          step's own access pattern (a large GEMV-like read)      n
   native the same product by mode native's own Triton GEMV (a fixed tile, bf16/fp16 on a CUDA GPU with Triton):
-         on the H200 it reads faster than the copy (lm_head: 4343 GB/s against 4242), so without it a native step
-         could beat the "floor"                                  n
+         on the H200 it reads faster than the copy (results/h200/suite/today.jsonl: 4346 GB/s against 4243), so
+         without it a native step could beat the "floor"          n
 Timed like triton's do_bench: 3 warm-ups, pre-allocated timer marks, one synchronize (timing.time_steps); the
 GPU's with CUDA events, the CPU's with perf_counter on torch's own threads, as the model runs.
 """

@@ -27,8 +27,8 @@ def chain_record(ses, failed: str | None = None) -> dict:
     a, cfg = ses.arch, ses.cfg
     c = floor.components(a, 0, ses.fmt)
     matrix_bytes, bias_bytes = c["decoder_matrices"], c["decoder_biases"]
-    rec = {k: ses.base.get(k) for k in ("schema_version", "model", "model_path", "quant", "dtype", "device",
-                                        "device_name", "gpu_key", "peak_gbps", "measured_gbps", "quant_format",
+    rec = {k: ses.base.get(k) for k in ("schema_version", "model", "model_path", "model_config_sha256", "quant",
+                                        "dtype", "device", "device_name", "gpu_key", "peak_gbps", "measured_gbps", "quant_format",
                                         "quant_library", "quant_version", "quant_kernel", "torch_version")}
     rec.update({"schema_version": SCHEMA_VERSION, "kind": "kernels", "run_id": uuid.uuid4().hex, "mode": "kernels",
                 "ctx": None, "matrices": a.layers * 7, "chain_bytes": matrix_bytes + bias_bytes,

@@ -84,7 +84,7 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
     fmt = weight_format(cfg)
     models.check_fits(a, device, *memory_need(cfg, a, max(cfg.ctxs), energy))  # the dense build comes first
 
-    base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "model": a.name, "model_path": a.path,
+    base = {"schema_version": SCHEMA_VERSION, "kind": "cell", **a.identity(),
             "quant": quant.canonical(cfg.quant), "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
             "prefill_chunk": cfg.prefill_chunk, "attn_implementation": models.attn_for(a, cfg.attn),
             "floor_convention": "strict", **cfg.native.record()}

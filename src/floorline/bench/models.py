@@ -131,19 +131,36 @@ def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "
         model, info = AutoModelForCausalLM.from_pretrained(
             a.path, dtype=TORCH_DTYPES[dtype], use_safetensors=True, local_files_only=True,
             trust_remote_code=False, attn_implementation=attn, output_loading_info=True,
+            ignore_mismatched_sizes=True,  # a mis-shaped weight comes back in the info, named below, not as a bare error
         )
     except (OSError, ValueError, RuntimeError, SafetensorError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise UserError(f"{a.path}: could not load the safetensors weights ({first}); check config.json matches "
-                        f"them") from None
+        fix = ("a file of the checkpoint is missing: copy the whole checkpoint" if isinstance(e, FileNotFoundError)
+               else "check config.json matches them")
+        raise UserError(f"{a.path}: could not load the safetensors weights ({first}); {fix}") from None
     if a.window is None and getattr(model.config, "sliding_window", None):
         model.config.sliding_window = None  # past the max position: never applies, and keeps the step capturable
-    missing = [k for k in info.get("missing_keys", []) if not (a.tied and k.startswith("lm_head"))]
-    if missing or info.get("mismatched_keys"):
-        bad = (missing or [str(m) for m in info["mismatched_keys"]])[:3]
-        raise UserError(f"{a.path}: the safetensors files lack or mis-shape weights the config needs ({', '.join(bad)}"
-                        f"...); a model with random gaps would not be the model you asked for")
+    _check_loaded(a, info)
     return model.to(device).eval().requires_grad_(False)
+
+
+def _check_loaded(a: Arch, info: dict) -> None:
+    """Every weight the config needs, at its shape, and no weight it does not: a model with random gaps, or a config
+    that uses only part of its checkpoint (fewer layers), would not be the model asked for. One line naming the first
+    three tensors."""
+    def tied(k: str) -> bool:
+        return a.tied and k.startswith("lm_head")
+
+    missing = sorted(k for k in info.get("missing_keys", []) if not tied(k))
+    shapes = sorted(f"{k}: {list(ckpt)} in the files, {list(cfg)} from config.json"
+                    for k, ckpt, cfg in info.get("mismatched_keys", []))
+    unused = sorted(k for k in info.get("unexpected_keys", []) if not (tied(k) or k.endswith("rotary_emb.inv_freq")))
+    for keys, what in ((missing, "lack weights the config needs"), (shapes, "hold weights of other shapes than config.json says"),
+                       (unused, "hold weights the config does not use")):
+        if keys:
+            raise UserError(f"{a.path}: the safetensors files {what} ({'; '.join(keys[:3])}"
+                            f"{' ...' if len(keys) > 3 else ''}); check config.json's sizes and layer count against "
+                            f"the checkpoint")
 
 
 def build(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0, attn: str = "sdpa") -> torch.nn.Module:

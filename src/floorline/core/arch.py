@@ -12,6 +12,8 @@ is not a field.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 from floorline.core.errors import UserError
@@ -131,6 +133,13 @@ class Arch:
     def expert_bias(self) -> bool:
         return self.traits.expert_bias
 
+    def identity(self) -> dict:
+        """What a record names its model by: the name, the local directory (None for a zoo model) and a digest of
+        the config.json read (None for a zoo model), which tells two folders of one name apart across machines."""
+        digest = (hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:16]
+                  if self.path and self.config else None)
+        return {"model": self.name, "model_path": self.path, "model_config_sha256": digest}
+
     def is_sliding(self, i: int) -> bool:
         return bool(self.sliding) and self.sliding[i]
 
@@ -202,8 +211,9 @@ def _sliding(cfg: dict, fam: Family, layers: int) -> tuple[int | None, tuple[boo
         flags = tuple(t == "sliding_attention" for t in types)
     else:
         below = cfg.get("max_window_layers", MAX_WINDOW_LAYERS_DEFAULT)
-        rope = cfg.get("no_rope_layers") or [int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0)
-                                             for i in range(layers)]  # SmolLM3: 1 = the layer has RoPE
+        rope = (cfg.get("no_rope_layers") or [int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0)
+                                              for i in range(layers)]  # SmolLM3: 1 = the layer has RoPE
+                if fam.slide == "no_rope" else ())
         pattern = cfg.get("sliding_window_pattern", 6)
         rule = {"all": lambda i: True, "from_max_window": lambda i: i >= below,
                 "odd_below_max_window": lambda i: i % 2 == 0 and i < below,
@@ -256,6 +266,9 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int 
     same transformers config can be built from it."""
     cfg = _text_config(cfg)
     family = cfg.get("model_type")
+    if family is None:
+        raise UserError(f"{name}: config.json has no model_type; add the one its architecture has (llama for "
+                        f"LlamaForCausalLM, qwen3 for Qwen3ForCausalLM, ...; supported: {', '.join(FAMILIES)})")
     if family not in FAMILY:
         raise UserError(f"{name}: model_type {family!r} is not supported; supported: {', '.join(FAMILIES)} (a model "
                         f"of another type has no byte accounting here: open an issue with its config.json)")
@@ -279,6 +292,14 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int 
         qkv_bias = fam.attention_bias == "qkv" or (fam.attention_bias == "qkv_flag" and bool(cfg.get("qkv_bias", True)))
         window, sliding = _sliding(cfg, fam, layers)
         moe = _moe(cfg, fam, layers)
+        q = cfg.get("quantization_config")
+        if q and not moe:  # (a MoE's mxfp4 experts are counted: _moe)
+            bits, group = q.get("bits") or q.get("w_bit"), q.get("group_size") or q.get("q_group_size")
+            flags = f"--weight-bits {bits}" + (f" --group-size {group if group > 0 else 'row'}"
+                                               if isinstance(group, int) else "") if bits in (4, 8) else "--weight-bits"
+            raise UserError(f"{name}: config.json's quantization_config ({q.get('quant_method')!r}) is a pre-quantised "
+                            f"checkpoint, which floorline does not count or load; give the unquantised model's "
+                            f"config and {flags} (floor, predict) or --quant (run)")
         intermediate = cfg.get("intermediate_size", 0) if moe and fam.moe == "qwen" else cfg["intermediate_size"]
         return Arch(
             name=name, family=family, hidden=hidden, intermediate=intermediate, layers=layers, heads=heads,

@@ -77,6 +77,20 @@ def weight_format(dtype: str = "bf16", bits: int | None = None, group_size: int 
     return WeightFormat(bits=bits, group_size=group_size, dense_bytes=dense)
 
 
+GROUP_DEFAULT = 128  # elements a scale/zero group, when a quantised format does not say (GPTQ's and AWQ's default)
+
+
+def group_option(given: int | str | None, bits: int | None, dtype: str = "bf16",
+                 flags: tuple[str, str] = ("--group-size", "--weight-bits")) -> int | None:
+    """The group size weight_format takes from a user's option: not given (None) -> GROUP_DEFAULT; "row" -> None (one
+    group per output row). Given for unquantised matrices it would change nothing, so it is refused as a mistake."""
+    if given is None:
+        return GROUP_DEFAULT
+    if bits in (None, DTYPE_BYTES.get(dtype, 2) * 8):
+        raise UserError(f"{flags[0]} sets the groups of quantised matrices: add {flags[1]} 4 or 8, or drop {flags[0]}")
+    return None if given == "row" else given
+
+
 def decoder_matrix_shapes(a: Arch) -> list[tuple[int, int]]:
     """(out_features, in_features) of one dense decoder layer's matrices: q, k, v, o, gate, up, down."""
     return attention_shapes(a) + mlp_shapes(a.intermediate, a.hidden)

@@ -13,7 +13,7 @@ Schema history (bump SCHEMA_VERSION when a key changes meaning or goes away; add
      attention's and o's finalists timed together in interleaved rounds), native_kv_prefetch_used and
      native_kv_prefetch_step_tuning (the fused MLP asking the L2 for the next layer's KV, or not), native_pdl_early_used
      and native_pdl_early_step_tuning (which kernels let the next launch before their own wait; native_pdl may be
-     after-wait).
+     after-wait); model_config_sha256 (a local model's config.json digest: arch.Arch.identity).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import stat
+import struct
 import sys
 import time
 from pathlib import Path
@@ -84,6 +85,42 @@ def _locked(f, exclusive: bool = True):
     finally:
         if held:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+_PLAN_BYTE = 1 << 62  # the byte a planning command locks: far past any record, so no reader or writer meets it
+
+
+@contextlib.contextmanager
+def planning(path: str | os.PathLike | None):
+    """Held by a command that plans from a results file what it still has to run (sweep, ab, quant, run --resume),
+    from reading the file to its last record, so a second such command on the same file is one line (UserError)
+    instead of a second run of every cell beside the first. An open-file-description lock (Linux's F_OFD_SETLK) on
+    one byte far past the records: it leaves the per-record flock (_locked) alone, and unlike a POSIX record lock it
+    is not dropped when append() closes its own handle. No lock where the system has none (a plain file, a stream)."""
+    p = Path(path) if path else None
+    ofd = getattr(fcntl, "F_OFD_SETLK", None)
+    if p is None or ofd is None or p.is_dir() or (p.exists() and not p.is_file()) or not p.parent.is_dir():
+        yield  # (a missing folder is made, or refused, where the first record is written)
+        return
+    new = not p.exists()
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError:  # read-only: nothing will be appended (the command says so where it would)
+        yield
+        return
+    try:
+        try:  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0: an open file description's lock)
+            fcntl.fcntl(fd, ofd, struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, _PLAN_BYTE, 1, 0))
+        except (BlockingIOError, PermissionError):
+            raise UserError(f"{path}: another floorline command is running from this file (sweep, ab, quant or run "
+                            f"--resume); wait for it to end and run again, or give another --output") from None
+        except OSError:  # a file system without these locks (some network mounts): as before, unlocked
+            pass
+        yield
+    finally:
+        if new and os.fstat(fd).st_size == 0:
+            p.unlink(missing_ok=True)  # made only to hold the lock: a command that wrote nothing leaves nothing
+        os.close(fd)  # (closing the last handle of the description releases its lock)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,11 @@ def _llama3(factor: float, original_max: int = 8192) -> dict:
             "original_max_position_embeddings": original_max}
 
 
+# The study's models and the small ones edge users run, from the config.json of Qwen/Qwen2.5-7B, -0.5B, -1.5B,
+# meta-llama/Llama-3.1-8B, Llama-3.2-1B, Llama-3.2-3B and mistralai/Mistral-7B-v0.3 (the project's facts,
+# shared/facts/models.md); `params` the count that table gives, which an instantiated transformers model of each
+# config reproduces (tests/test_floor.py). The tiny models' counts are what transformers builds from their fields:
+# pins, not published figures.
 ZOO: dict[str, Arch] = {a.name: a for a in [
     Arch("qwen2.5-7b", "qwen2", 3584, 18944, 28, 28, 4, 128, 152064, False, True, 32768, 1e6, 1e-6,
          params=7_615_616_512),
@@ -174,6 +179,6 @@ def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:
             raise UserError(f"{cfg_file}: not valid JSON ({e.msg} at line {e.lineno})") from None
         from floorline.core import hub
 
-        return arch_from_config(cfg, name=hub.name_of_dir(p) or p.name, path=str(p.resolve()))
+        return arch_from_config(cfg, name=hub.name_of_dir(p) or p.resolve().name, path=str(p.resolve()))
     raise UserError(f"unknown model {model!r}; known: {', '.join(ZOO)} (or a directory with config.json + "
                     f"*.safetensors, or a Hugging Face id org/name)")

@@ -54,6 +54,12 @@ class NativeOptions:
             raise UserError(f"native option step_tune={self.step_tune!r}: use on or off")
 
     @classmethod
+    def help(cls) -> str:
+        """Every option and its values, the default first (the CLI's --native help)."""
+        return (f"mlp={'|'.join(MLPS)}, attn_kernel={'|'.join(ATTN_KERNELS)}, attn_chunk=0|{ATTN_CHUNKS[1]}.."
+                f"{ATTN_CHUNKS[-1]}, pdl={'|'.join(PDLS)}, persist={'|'.join(PERSISTS)}, step_tune=on|off")
+
+    @classmethod
     def keys(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
 

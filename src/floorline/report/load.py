@@ -1,7 +1,8 @@
 """Reading results from many machines into one list: every file read strictly, duplicates dropped.
 
-Owns merging only. records.read does the per-line checks (a corrupt line or a newer schema_version is a UserError
-naming file and line); this module adds what only shows across files: missing files and duplicate run_ids.
+Owns merging only. records.prepare does the per-line checks (a corrupt line or a newer schema_version is a UserError
+naming file and line; a torn last line, a killed write, is left out with a note); this module adds what only shows
+across files: missing files and duplicate run_ids.
 """
 
 from __future__ import annotations
@@ -64,17 +65,34 @@ def _same(a: dict, b: dict) -> bool:
     return {k: v for k, v in a.items() if k not in WRITTEN} == {k: v for k, v in b.items() if k not in WRITTEN}
 
 
+def _told_apart(recs: list[dict]) -> tuple[list[dict], list[str]]:
+    """Records whose model name stands for more than one model (two local folders of one name with different
+    config.json, or a folder named as a zoo model) renamed "name (path)", so no table row takes a median over two
+    models; and those names. One folder copied to two machines is one model (the same config digest)."""
+    def model(r: dict) -> tuple:  # a config digest names a folder's model on any machine; else its path
+        return r.get("model"), r.get("model_config_sha256") or r.get("model_path")
+
+    first: dict = {}  # (name, model) -> the path it was first seen at
+    for r in recs:
+        first.setdefault(model(r), r.get("model_path"))
+    names = [m for m, _ in first]
+    clash = list(dict.fromkeys(str(m) for m in names if names.count(m) > 1))
+    return [{**r, "model": f"{r['model']} ({first[model(r)] or 'zoo'})"} if str(r.get("model")) in clash else r
+            for r in recs], clash
+
+
 def load_results(paths: list[str]) -> tuple[list[dict], list[str]]:
     """Records of every file, in file order, each record once; and notes on what was merged or dropped."""
     merged: list[dict] = []
     seen: dict[str, tuple[dict, Path]] = {}
-    dropped, conflicts, files, skipped = 0, [], [], []
+    dropped, conflicts, files, skipped, torn = 0, [], [], [], []
     for f, searched in result_files(paths):
         if searched and _foreign(f):  # under a folder: skipped with a note; named on its own: an error, as before
             skipped.append(f)
             continue
         files.append(f)
-        for rec in records.read(f):
+        # a torn last line (a killed write, or a run still writing) is left out with a note, as sweep leaves it
+        for rec in records.prepare(f, warn=torn.append, repair=False, write=False):
             key = identity(rec)
             if key in seen:
                 dropped += 1
@@ -95,7 +113,11 @@ def load_results(paths: list[str]) -> tuple[list[dict], list[str]]:
     if dropped:
         notes.append(f"dropped {dropped} duplicate record{'s' * (dropped != 1)} (same run_id, or the same record "
                      f"where there is no run_id)")
-    notes += conflicts
+    notes += conflicts + torn
+    merged, clash = _told_apart(merged)
+    if clash:
+        notes.append(f"{', '.join(clash)}: one name, several local folders (several models); each shown with its "
+                     f"folder")
     cells = [r for r in merged if (r.get("kind") or "cell") == "cell"]
     missing = sorted({k for r in cells for k in records.REQUIRED_KEYS if k not in r})
     if missing:

@@ -208,7 +208,8 @@ def document(records: list[dict], figures: list[Figure], notes: list[str] | None
     # an A/B rerun (resumed or extended) appends a new summary: keep the last of each experiment
     summaries = list({s.get("ab_key") or id(s): s for s in C.of_kind(records, "ab_summary")}.values())
     explains = C.of_kind(records, "explain")
-    other = sorted({C.kind(r) for r in records} - {"cell", "ab_summary", "explain", "kernels"})
+    prompts = C.of_kind(records, "llama-bench-prompt")  # llama-bench's prompt rows: prefill, not decode
+    other = sorted({C.kind(r) for r in records} - {"cell", "ab_summary", "explain", "kernels", "llama-bench-prompt"})
 
     doc = Document("floorline report")
     doc.add(Text(f"{plural(len(records), 'record')}: {plural(len(cells), 'cell')} ({len(C.valid(cells))} valid), "
@@ -224,8 +225,8 @@ def document(records: list[dict], figures: list[Figure], notes: list[str] | None
         ab_section(doc, summaries)
     if explains:
         explain_section(doc, explains)
-    if any(r.get("quant") not in (None, "none") for r in records):
-        quant_section(doc, records)
+    if any(r.get("quant") not in (None, "none") and quantrows.comparable(r) for r in records):
+        quant_section(doc, records)  # (a server's or llama-bench's quantised rows are not floorline's backends)
     if figures:
         doc.add(Heading(1, "Plots"))
         for f in figures:
@@ -234,6 +235,9 @@ def document(records: list[dict], figures: list[Figure], notes: list[str] | None
     if ab_cells:
         notes.append(f"{len(ab_cells)} cells of A/B sessions are left out of the tables and plots; "
                      f"their A/B summaries stand for them")
+    if prompts:
+        notes.append(f"{plural(len(prompts), 'llama-bench prompt record')} (prefill, not decode) are only in "
+                     f"results.csv")
     if other:
         notes.append(f"records of unknown kind ({', '.join(other)}) are only in results.csv")
     if notes:

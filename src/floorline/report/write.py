@@ -13,12 +13,12 @@ def write_report(records: list[dict], out_dir: str, notes: list[str] | None = No
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a directory; give --out a directory")
+    if not records:  # (before the folder is made: a report that fails leaves nothing behind)
+        raise UserError("nothing to report: the results hold no records")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"{out}: cannot make that folder ({e.strerror}); give --out a writable folder") from None
-    if not records:
-        raise UserError("nothing to report: the results hold no records")
     written = []
     csv_path = out / "results.csv"
     csv_path.write_text(display.csv_text(records), encoding="utf-8")

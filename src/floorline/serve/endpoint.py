@@ -57,7 +57,7 @@ class EndpointConfig:
     seed: int = 0
     dtype: str = "bf16"  # unquantised parts and the KV cache
     weight_bits: int | None = None
-    group_size: int = 128
+    group_size: int | str | None = None  # as given: None (not given: 128), "row" or elements (floor.group_option)
     bpw: str | None = None  # average bits per weight of every weight matrix, or a ggml type name (Q4_K, Q8_0)
     gpu: str | None = None  # the server's GPU (datasheet peak), when not detected here
     device: str = "auto"  # where the server runs when on this host: its streaming bandwidth is measured; none: not
@@ -118,15 +118,17 @@ def api_key(env: str | None) -> tuple[str, str | None]:
 def weight_floors(a: Arch, ctx: int, cfg: EndpointConfig) -> tuple[floor.Floor, floor.Floor, dict]:
     """(strict, paper, what the record says about the weight format)."""
     if cfg.bpw is not None:
-        if cfg.weight_bits is not None:
-            raise UserError("give --bpw or --weight-bits, not both")
+        if cfg.weight_bits is not None or cfg.group_size is not None:
+            raise UserError(f"give --bpw or --weight-bits{' --group-size' if cfg.group_size is not None else ''}, "
+                            f"not both (--bpw is the average over every weight, its groups' scales included)")
         bpw, label = gguf.parse_bpw(cfg.bpw)
         fl = [gguf.format_floor(a, ctx, cfg.dtype, c, bpw=bpw) for c in ("strict", "paper")]
         return fl[0], fl[1], {"quant": label, "weight_bits_per_weight": bpw, "weight_format": f"{label}: every "
                               f"weight matrix at {bpw:g} bits, norms, biases and KV cache {cfg.dtype}"}
-    fmt = floor.weight_format(cfg.dtype, cfg.weight_bits, cfg.group_size)
-    fl = [gguf.format_floor(a, ctx, cfg.dtype, c, cfg.weight_bits, cfg.group_size) for c in ("strict", "paper")]
-    label = f"int{fmt.bits}-g{fmt.group_size}" if fmt.bits else "none"
+    group = floor.group_option(cfg.group_size, cfg.weight_bits, cfg.dtype)
+    fmt = floor.weight_format(cfg.dtype, cfg.weight_bits, group)
+    fl = [gguf.format_floor(a, ctx, cfg.dtype, c, cfg.weight_bits, group) for c in ("strict", "paper")]
+    label = f"int{fmt.bits}-" + (f"g{fmt.group_size}" if fmt.group_size else "row") if fmt.bits else "none"
     return fl[0], fl[1], {"quant": label, "weight_bits_per_weight": fmt.bits or fmt.dense_bytes * 8,
                           "weight_group_size": fmt.group_size if fmt.bits else None}
 
@@ -625,8 +627,8 @@ def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s:
         dev = local_device(cfg.device, is_loopback(cfg.url))
         if dev is not None:
             log(f"measuring streaming bandwidth on {dev} (the server's device on this host)")
-        base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "mode": "endpoint", "model": a.name,
-                "model_path": a.path, "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps,
+        base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "mode": "endpoint", **a.identity(),
+                "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps,
                 "seed": cfg.seed, "floor_convention": "strict", "endpoint_url": clean_url(cfg.url),
                 "endpoint_served_model": served, "endpoint_api_key_env": key_env, **srv.info,
                 **device_info(cfg.gpu, dev), **system.environment()}

@@ -100,8 +100,8 @@ def import_file(path: str, model: str, download: bool = False, gpu: str | None =
     kind, name = _device(rows[0])
     dev = endpoint.local_device(device, here=False)
     key = gpu or (None if kind == "cpu" else _gpu_key(name))
-    base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "mode": "llama-bench", "model": a.name,
-            "model_path": a.path, "floor_convention": "strict", "source_file": str(path),
+    base = {"schema_version": SCHEMA_VERSION, "kind": "cell", "mode": "llama-bench", **a.identity(),
+            "floor_convention": "strict", "source_file": str(path),
             **endpoint.device_info(key, dev, remote_name=name), **system.environment()}
     if dev is None:
         base["device"] = kind

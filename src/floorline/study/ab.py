@@ -28,7 +28,7 @@ from floorline import quant
 from floorline.bench.config import RunConfig, expand_modes, validate
 from floorline.bench.device import resolve_device
 from floorline.bench.models import ATTN_IMPLEMENTATIONS, TORCH_DTYPES
-from floorline.core import records, stats, zoo
+from floorline.core import floor, records, stats, zoo
 from floorline.core.errors import UserError
 from floorline.core.modes import MODES
 from floorline.native.options import NativeOptions
@@ -48,7 +48,7 @@ class Arm:
     served: str | None = None
     bpw: str | None = None
     weight_bits: int | None = None
-    group_size: int | None = None
+    group_size: int | str | None = None  # elements or "row"; None: not given (floor.group_option)
     gpu: str | None = None
     device: str | None = None  # where the server runs, for its copy bandwidth (default: --device; none: skip)
     tp: int = 1  # tensor-parallel GPUs (floorline's own modes)
@@ -145,14 +145,25 @@ def _endpoint_arm(spec: str, given: dict[str, str], served: str | None) -> Arm:
         raise UserError(f"arm {spec!r}: {str(e).replace('--url', 'endpoint=')}") from None
     ints = {}
     for k in ("weight_bits", "group_size"):
-        if k in given:
+        if k in given and not (k == "group_size" and given[k] == "row"):
             try:
                 ints[k] = int(given[k])
             except ValueError:
-                raise UserError(f"arm {spec!r}: {k}= takes a whole number, got {given[k]!r}") from None
+                raise UserError(f"arm {spec!r}: {k}= takes a whole number{' or row' * (k == 'group_size')}, "
+                                f"got {given[k]!r}") from None
+        elif k in given:
+            ints[k] = "row"
     dtype = given.get("dtype", "bf16")
     if dtype not in TORCH_DTYPES:
         raise UserError(f"arm {spec!r}: unknown dtype {dtype!r}; use one of {', '.join(TORCH_DTYPES)}")
+    try:
+        if "group_size" in ints and given.get("bpw"):
+            raise UserError("bpw= is the average over every weight, its groups' scales included: drop group_size=")
+        floor.weight_format(dtype, ints.get("weight_bits"),
+                            floor.group_option(ints.get("group_size"), ints.get("weight_bits"), dtype,
+                                                  ("group_size=", "weight_bits=")))
+    except UserError as e:
+        raise UserError(f"arm {spec!r}: {e}") from None
     return Arm("endpoint", dtype, "sdpa", "none", endpoint=endpoint.clean_url(given["endpoint"]),
                served=given.get("served") or served, bpw=given.get("bpw"), gpu=given.get("gpu"),
                device=given.get("device"), **ints)
@@ -197,7 +208,7 @@ def arm_config(cfg: ABConfig, arm: Arm, session: int = 0, attempt: str | None = 
         return endpoint.EndpointConfig(
             url=arm.endpoint, model=b.model, ctxs=list(b.ctxs), served_model=arm.served, warmup=b.warmup,
             steps=b.steps, sessions=1, seed=b.seed, dtype=arm.dtype, weight_bits=arm.weight_bits,
-            group_size=arm.group_size or 128, bpw=arm.bpw, gpu=arm.gpu, device=arm.device or b.device,
+            group_size=arm.group_size, bpw=arm.bpw, gpu=arm.gpu, device=arm.device or b.device,
             first_session=session, prompt_salt=int(attempt, 16) if attempt else None)
     return replace(cfg.base, modes=[arm.mode], dtype=arm.dtype, attn=arm.attn, quant=arm.quant, tp=arm.tp,
                    allreduce=arm.allreduce, native=arm.options())

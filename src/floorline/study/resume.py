@@ -29,14 +29,15 @@ def device_kind(device: str | None) -> str:
 
 
 def cell_key(rec: dict) -> tuple:
-    """What makes two records the same cell: model, ctx, mode, quant, dtype, attention, device kind, for tensor
-    parallelism the GPU count and the all-reduce backend (one GPU: tp 1, no backend), and for mode native its options
-    (NativeOptions); for a running server (mode endpoint): model, ctx, its URL and the model it serves (its device and
-    weights are its own)."""
+    """What makes two records the same cell: model (its name, and for a local directory its path: two folders of one
+    name are two models), ctx, mode, quant, dtype, attention, device kind, for tensor parallelism the GPU count and the
+    all-reduce backend (one GPU: tp 1, no backend), and for mode native its options (NativeOptions); for a running
+    server (mode endpoint): model, ctx, its URL and the model it serves (its device and weights are its own)."""
+    model = rec.get("model"), rec.get("model_path")
     if rec.get("mode") == "endpoint":
-        return rec.get("model"), rec.get("ctx"), "endpoint", rec.get("endpoint_url"), rec.get("endpoint_served_model")
+        return *model, rec.get("ctx"), "endpoint", rec.get("endpoint_url"), rec.get("endpoint_served_model")
     tp = rec.get("tp") or 1
-    return (rec.get("model"), rec.get("ctx"), rec.get("mode"), rec.get("quant") or "none", rec.get("dtype"),
+    return (*model, rec.get("ctx"), rec.get("mode"), rec.get("quant") or "none", rec.get("dtype"),
             rec.get("attn_implementation") or "sdpa", device_kind(rec.get("device")), tp,
             (rec.get("allreduce_backend") or "auto") if tp > 1 else None,
             NativeOptions.from_record(rec).text() if rec.get("mode") == "native" else None)
@@ -57,14 +58,14 @@ class Cell:
 
     def key(self) -> tuple:
         if self.endpoint is not None:
-            return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": "endpoint",
-                             "endpoint_url": clean_url(self.endpoint.url),
+            return cell_key({"model": self.arch.name, "model_path": self.arch.path, "ctx": self.ctx,
+                             "mode": "endpoint", "endpoint_url": clean_url(self.endpoint.url),
                              "endpoint_served_model": self.endpoint.served_model})
         from floorline.bench import tp_run
 
-        return cell_key({"model": self.arch.name, "ctx": self.ctx, "mode": self.mode, "quant": self.run.quant,
-                         "dtype": self.run.dtype, "attn_implementation": self.run.attn, "device": self.run.device,
-                         "tp": self.run.tp, **self.run.native.record(),
+        return cell_key({"model": self.arch.name, "model_path": self.arch.path, "ctx": self.ctx, "mode": self.mode,
+                         "quant": self.run.quant, "dtype": self.run.dtype, "attn_implementation": self.run.attn,
+                         "device": self.run.device, "tp": self.run.tp, **self.run.native.record(),
                          "allreduce_backend": tp_run.backend(self.run, device_kind(self.run.device))})
 
     @property
@@ -90,7 +91,7 @@ def failure_record(cell: Cell, reason: str) -> dict:
     """An invalid record for a cell that produced none (timeout, crash, out of memory, bad input, unavailable)."""
     f = floor.floor(cell.arch, cell.ctx, weight_format(cell.run), "strict")
     rec = {"schema_version": records.SCHEMA_VERSION, "kind": "cell", "run_id": uuid.uuid4().hex,
-           "model": cell.arch.name, "model_path": cell.arch.path, "ctx": cell.ctx, "mode": cell.mode,
+           **cell.arch.identity(), "ctx": cell.ctx, "mode": cell.mode,
            "quant": cell.run.quant, "dtype": cell.run.dtype, "attn_implementation": cell.run.attn,
            **cell.run.native.record(),
            "device": cell.run.device, "device_name": system.device_name(cell.run.device),

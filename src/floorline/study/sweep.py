@@ -49,12 +49,13 @@ def plan(models_: list[str], ctxs: list[int], modes: list[str] | None, base: Run
     by_model = {m: expand_modes(modes, torch.device(kind), base.quant, arch=a) for m, a in archs.items()}
     for m, a in archs.items():  # options wrong for every cell fail the sweep here, not each cell in the file;
         validate(replace(base, model=m, ctxs=[1], modes=by_model[m]), a, kind)  # a ctx past max position: per cell
-    cells = []
+    cells: dict = {}  # by key: a ctx given twice, or one folder by two paths, is one cell
     for m, a in archs.items():
         for ctx in ctxs:
             for mode in by_model[m]:
-                cells.append(Cell(a, m, ctx, mode, replace(base, model=m, ctxs=[ctx], modes=[mode])))
-    return cells
+                c = Cell(a, m, ctx, mode, replace(base, model=m, ctxs=[ctx], modes=[mode]))
+                cells.setdefault(c.key(), c)
+    return list(cells.values())
 
 
 def _cuda_visible() -> bool:
