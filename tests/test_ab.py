@@ -173,9 +173,15 @@ def test_parse_endpoint_arm():
     ("endpoint=http://h:1/v1,attn=eager", "for floorline's own modes"),
     ("endpoint=http://h:1/v1,quant=nf4", "for floorline's own modes"),
     ("endpoint=http://h:1/v1,weight_bits=four", "whole number"),
+    ("eager,static", "mode given twice; an arm is one mode (compare two as --a and --b)"),
+    ("mode=eager,dtype=bf16,dtype=fp32", "dtype given twice"),
     ("endpoint=http://h:1/v1,dtype=int3", "unknown dtype"),
-    ("endpoint=http://h:1/v1,group_size=64", "add weight_bits= 4 or 8"),  # unquantised: it would change nothing
+    # group_size= for unquantised weights would change nothing
+    ("endpoint=http://h:1/v1,group_size=64", "add weight_bits=4 (or 8), or drop group_size="),
     ("endpoint=http://h:1/v1,bpw=Q4_K,group_size=64", "drop group_size="),
+    ("endpoint=http://h:1/v1,bpw=Q8_0,weight_bits=4", "drop weight_bits="),
+    ("endpoint=http://h:1/v1,bpw=Q9_X", "arm 'endpoint=http://h:1/v1,bpw=Q9_X': "),
+    ("endpoint=http://h:1/v1,dtype=fp32,weight_bits=16", "weight_bits=16 with fp32"),
     ("endpoint=http://h:1/v1,weight_bits=4,group_size=some", "whole number or row"),
 ])
 def test_parse_endpoint_arm_rejects(spec, says):
@@ -199,10 +205,33 @@ def test_key_of_mode_arms_is_unchanged_by_endpoint_fields():
     assert e.key() != cfg.key() != ab.ABConfig(cfg.base, cfg.a, ab.parse_arm("endpoint=http://h:1/v1,served=n")).key()
 
 
+def test_key_of_a_local_folder_is_its_config(tmp_path, monkeypatch):
+    """`--model llama` typed in two folders is two models (two configs): two experiments, not one."""
+    from dataclasses import replace
+
+    from floorline.bench.config import RunConfig
+    for sub, size in (("a", 128), ("b", 256)):
+        (tmp_path / sub / "llama").mkdir(parents=True)
+        (tmp_path / sub / "llama" / "config.json").write_text(json.dumps({"hidden_size": size}))
+    cfg = ab.ABConfig(RunConfig("llama", [64], []), ab.parse_arm("eager"), ab.parse_arm("static"))
+    keys = []
+    for sub in ("a", "b", "a"):
+        monkeypatch.chdir(tmp_path / sub)
+        keys.append(cfg.key())
+    assert keys[0] != keys[1] and keys[0] == keys[2]
+    assert replace(cfg, base=replace(cfg.base, model="tiny-llama")).key() != keys[0]
+
+
 def test_the_summary_line_says_when_its_interval_under_covers():
     from floorline.report import display
 
     s = {"ratio_gmean": 1.2, "ratio_gmean_ci95": [1.1, 1.3], "bootstrap_resamples": 10000, "seed": 0}
     few = display.ab_gmean_line({**s, "ratios": [1.2] * 10})
-    assert few.startswith("geometric mean 1.200x [1.100, 1.300]") and "under-covers at 10 sessions" in few
+    assert few.startswith("geometric mean 1.200x [1.100, 1.300]") and "about 91% at 10" in few
+    assert "about 83% at 5" in display.ab_gmean_line({**s, "ratios": [1.2] * 3})  # the figure nearest its N
     assert "under-covers" not in display.ab_gmean_line({**s, "ratios": [1.2] * 50})
+    one = display.ab_gmean_line({**s, "ratios": [1.2], "ratio_gmean_ci95": [None, None]})
+    assert one == "geometric mean 1.200x (no interval: 1 session)"  # once "...bootstrap... under-covers at 1 sessions"
+    head = display.ab_headline({"arm_a": "eager", "arm_b": "static", "ratio_mean": 0.913, "n_sessions": 1,
+                                "ratio_mean_ci95": [None, None]})
+    assert head == "static vs eager: 0.913x [no interval: N < 2], N=1"  # printed without rich markup (it ate [...])

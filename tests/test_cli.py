@@ -356,7 +356,7 @@ BAD_INPUT = {
                            ["--models ' '", "at least one"]),
     "allreduce hidden zero": (["allreduce", "--tp", "2", "--device", "cpu", "--hidden", "0"], ["--hidden"]),
     # --group-size for unquantised matrices would change nothing: a mistake, not a no-op
-    "floor group size unquantised": (FLOOR_1B + ["--group-size", "64"], ["add --weight-bits 4 or 8", "drop"]),
+    "floor group size unquantised": (FLOOR_1B + ["--group-size", "64"], ["add --weight-bits 4 (or 8)", "drop"]),
     "floor group size bf16 16": (FLOOR_1B + ["--weight-bits", "16", "--group-size", "64"], ["add --weight-bits"]),
     "floor group size zero": (FLOOR_1B + ["--weight-bits", "4", "--group-size", "0"], ["elements or row"]),
     "ab timeout zero": (["ab", "--model", "tiny-llama", "--ctx", "16", "--device", "cpu", "--a", "eager", "--b",

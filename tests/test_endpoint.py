@@ -143,6 +143,7 @@ class Stub(http.server.BaseHTTPRequestHandler):
     mode = "ok"
     seen: list = []
     n_vocab = 2048
+    good = 0  # streamed completions served well before `mode` applies (a server that fails mid-run)
 
     def log_message(self, *a):
         pass
@@ -179,9 +180,19 @@ class Stub(http.server.BaseHTTPRequestHandler):
             return self._json(200, {"tokens": [(7 * i) % 2000 + 1 for i in range(len(body["content"].split()))]})
         if self.mode == "chatonly" and self.path == "/v1/completions":
             return self._json(404, {"detail": "Not Found"})
+        if self.path == "/v1/completions" and type(self).good > 0:
+            type(self).good -= 1
+            mode, type(self).mode = type(self).mode, "ok"
+            try:
+                return self._post_stream(body)
+            finally:
+                type(self).mode = mode
         if self.mode == "nostream":
             return self._json(200, {"choices": [{"text": "x", "index": 0, "finish_reason": "length"}],
                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+        self._post_stream(body)
+
+    def _post_stream(self, body):
         n = body["max_tokens"] if self.mode != "early" else 5
         per = 2 if self.mode == "packed" else 1
         self.send_response(200)
@@ -208,7 +219,7 @@ class Stub(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub():
-    Stub.mode, Stub.seen, Stub.n_vocab = "ok", [], 2048
+    Stub.mode, Stub.seen, Stub.n_vocab, Stub.good = "ok", [], 2048, 0
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -291,6 +302,18 @@ def test_stub_bad_input_is_one_line_and_writes_nothing(stub, tmp_path, mode, arg
     rc, recs, err = _stub_run(stub, tmp_path, *args)
     assert rc == 2 and want in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_a_server_that_fails_mid_run_gives_invalid_sessions_and_exit_1(stub, tmp_path):
+    """After a measured session a broken stream is the server's failure, not bad input: the session is recorded
+    invalid with why (and the events that came), the next session still runs, and the command exits 1."""
+    Stub.mode, Stub.good = "badjson", 1
+    rc, recs, err = _stub_run(stub, tmp_path, "--sessions", "3")
+    assert rc == 1, err
+    assert [r["valid"] for r in recs] == [True, False, False] and [r["endpoint_session"] for r in recs] == [0, 1, 2]
+    bad = recs[1]
+    assert bad["reason"].startswith("crash: ") and "broke off after 2 event(s) (JSONDecodeError" in bad["reason"]
+    assert bad["events"] == 2 and bad["step_ms_median"] is None and bad["floor_bytes"] == recs[0]["floor_bytes"]
 
 
 def test_unreachable_and_credentials_in_url(tmp_path):
@@ -406,13 +429,13 @@ def test_ab_endpoint_arm_that_dies_mid_session_gets_a_failure_record(two_stubs, 
     ("endpoint={a}", "same server and model"),
     ("endpoint={dead}", "cannot reach the server"),
     ("endpoint={a},served=nope", "'nope' is not served here"),
-    ("endpoint={a},device=tpu", "unknown device"),
+    ("endpoint={url},device=tpu", "unknown device"),
 ])
 def test_ab_bad_endpoint_arm_is_one_line_before_any_session(two_stubs, tmp_path, arm_b, says):
     out = tmp_path / "ab.jsonl"
     args = _ab_stub_args(two_stubs, out)
     dead = f"http://127.0.0.1:{free_port()}/v1"
-    args[args.index("--b") + 1] = arm_b.format(a=two_stubs[0] + ",device=none", dead=dead)
+    args[args.index("--b") + 1] = arm_b.format(a=two_stubs[0] + ",device=none", url=two_stubs[0], dead=dead)
     t0 = time.perf_counter()
     rc, _, err = run_cli(args)
     assert rc == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err, err
@@ -493,7 +516,19 @@ def test_weight_floors_group_size():
     strict, _, rec = endpoint.weight_floors(a, 128, replace(cfg, group_size="row"))
     assert rec["quant"] == "int4-row" and rec["weight_group_size"] is None
     assert strict == floor.floor(a, 128, floor.weight_format("bf16", 4, None))
-    for bad, says in ((replace(cfg, weight_bits=None, group_size=64), "add --weight-bits 4 or 8"),
+    for bad, says in ((replace(cfg, weight_bits=None, group_size=64), "add --weight-bits 4 \\(or 8\\)"),
                       (replace(cfg, weight_bits=None, bpw="Q4_K", group_size=64), "not both")):
         with pytest.raises(UserError, match=says):
             endpoint.weight_floors(a, 128, bad)
+
+
+def test_weight_floors_of_a_pre_quantised_checkpoint_need_its_format():
+    from floorline.core.arch import arch_from_config
+
+    a = arch_from_config({**zoo.ZOO["tiny-qwen3"].config,
+                          "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}, "awq")
+    cfg = endpoint.EndpointConfig(url="http://h:1/v1", model="awq", ctxs=[64])
+    with pytest.raises(UserError, match="add --weight-bits 4 --group-size 128 for the weights the server holds"):
+        endpoint.weight_floors(a, 64, cfg)
+    assert endpoint.weight_floors(a, 64, replace(cfg, weight_bits=4))[2]["quant"] == "int4-g128"
+    assert endpoint.weight_floors(a, 64, replace(cfg, bpw="Q4_K"))[2]["quant"] == "q4_k"

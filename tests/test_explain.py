@@ -114,6 +114,8 @@ def test_explain_cpu_end_to_end(tmp_path, capsys, monkeypatch):
     from floorline.bench import explain
 
     monkeypatch.setattr(explain, "explain", lambda *a, **k: [{**rows[1], "ctx": 48}])
+    with open(tmp_path / "explain.jsonl", "a") as f:
+        f.write('{"schema_version": 2, "kind": "explain", "mo')  # a run killed mid-write: cut before the next
     assert cli.main(["explain", "--model", "tiny-qwen2", "--ctx", "48", "--mode", "static", "--device", "cpu",
                      "--out", str(tmp_path)]) == 0
     again = [json.loads(ln) for ln in open(tmp_path / "explain.jsonl")]

@@ -5,7 +5,6 @@ config that leaves a byte-relevant field to a class default, native on a family 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
@@ -90,13 +89,30 @@ def test_a_config_without_model_type_says_so():
     ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "--weight-bits 4 --group-size 32"),
     ({"quant_method": "gptq", "bits": 8, "group_size": -1}, "--weight-bits 8 --group-size row"),
     ({"quant_method": "awq", "w_bit": 4, "q_group_size": 128}, "--weight-bits 4 --group-size 128"),
-    ({"quant_method": "fp8"}, "and --weight-bits (floor"),
+    ({"quant_method": "fp8"}, "--weight-bits 4|8 --group-size G (its quantization_config, 'fp8', names none)"),
 ])
-def test_a_pre_quantised_dense_checkpoint_is_refused_naming_the_flags_that_count_it(q, flags):
-    """A bf16 floor for a GPTQ checkpoint would be 4x its bytes: refused (as a MoE's non-mxfp4 experts are), with the
-    format its config names."""
-    with pytest.raises(UserError, match=re.escape(flags)):
-        arch_from_config({**zoo.ZOO["tiny-qwen3"].config, "quantization_config": q}, "x")
+def test_a_pre_quantised_dense_checkpoint_is_counted_only_with_its_format(q, flags):
+    """A bf16 floor for a GPTQ checkpoint would be 4x its bytes: floor and endpoint ask for the format its config
+    names; predict and run (which would load it) refuse it."""
+    assert arch_from_config({**zoo.ZOO["tiny-qwen3"].config, "quantization_config": q}, "x").prequant == flags
+
+
+def test_a_pre_quantised_folder(tmp_path):
+    d = tmp_path / "gptq"
+    d.mkdir()
+    cfg = {**zoo.ZOO["tiny-qwen3"].config, "quantization_config": {"quant_method": "gptq", "bits": 4,
+                                                                     "group_size": 32}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "model.safetensors").write_bytes(b"")
+    for argv, says in ((["floor", "--model", str(d), "--ctx", "64"], "add --weight-bits 4 --group-size 32 to count"),
+                       (["predict", "--model", str(d), "--ctx", "64", "--gpu", "h200"], "predict counts unquantised"),
+                       (["run", "--model", str(d), "--ctx", "64", "--device", "cpu"], "does not load")):
+        rc, out, err = run_cli(argv)
+        assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    rc, out, err = run_cli(["floor", "--model", str(d), "--ctx", "64", "--weight-bits", "4", "--group-size", "32",
+                            "--format", "json"])
+    a = zoo.resolve(str(d), need="config")
+    assert rc == 0 and json.loads(out)["floor_bytes"] == floor.floor(a, 64, floor.weight_format("bf16", 4, 32)).bytes
 
 
 def test_a_config_that_leaves_head_dim_to_the_class_default_is_refused():

@@ -46,6 +46,21 @@ def test_rows_per_backend_and_mode():
     assert by["int4-gemlite"]["status"] == "not run"
 
 
+def test_the_bf16_reference_is_in_the_runs_dtype():
+    """bf16 run, then fp32, then bf16 again: the third table's reference is the bf16 one (it once took the latest
+    record of any dtype, fp32's, and gave nf4 an ideal speed-up against it); a backend that ran in another dtype only
+    is still its row."""
+    recs = [_cell("none", "eager", 2.0, 12e9), _cell("nf4", "eager", 4.0, 4e9),
+            _cell("none", "eager", 1.0, 24e9, dtype="fp32"), _cell("gptq-exllamav2", "eager", 3.0, 3.9e9, dtype="fp16")]
+    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16", "nf4", "gptq-exllamav2"],
+                                                   dtype="bf16")}
+    assert (by["bf16"]["ms"], by["bf16"]["dtype"]) == (2.0, "bf16")
+    assert by["nf4"]["ideal_speedup"] == pytest.approx(3.0) and by["nf4"]["speedup"] == pytest.approx(0.5)
+    assert by["gptq-exllamav2"]["dtype"] == "fp16" and by["gptq-exllamav2"]["speedup"] == pytest.approx(2 / 3)
+    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16"], dtype="fp32")}
+    assert (by["bf16"]["ms"], by["bf16"]["dtype"]) == (1.0, "fp32")
+
+
 def test_the_bf16_reference_is_a_one_gpu_run_of_floorlines_modes():
     """A --tp 2 bf16 run, a server's or an imported llama-bench row of the same model and ctx is no reference: the
     comparison takes the one-GPU bf16 record (it once took the last bf16 record of the mode, a tp split among them)."""

@@ -279,38 +279,57 @@ def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):
         records.append("/dev/full", [_rec(1)])
 
 
+def _hold_elsewhere(path):
+    """records.hold(path) in another process, which keeps it until killed."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from floorline.core import records; records.hold(sys.argv[1]); print('held', "
+            "flush=True); time.sleep(600)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
 def test_one_planning_command_a_file(tmp_path):
-    """Two sweeps on one file once both ran every cell: the second planning command is one line; records are still
-    appended and read while the first plans (its lock is a byte no reader or writer takes)."""
-    p = tmp_path / "r.jsonl"
-    with records.planning(p):
-        assert p.exists() and p.stat().st_size == 0  # made to hold the lock
+    """Two sweeps on one file once both ran every cell: the second planning command is one line. The lock is a
+    hidden file beside the results (never the results file itself, which is neither made nor removed), released at
+    the end; records are still appended and read meanwhile."""
+    p = tmp_path / "new" / "r.jsonl"
+    other = _hold_elsewhere(p)
+    try:
+        assert (tmp_path / "new" / ".r.jsonl.lock").exists() and not p.exists()
         with pytest.raises(UserError, match="another floorline command is running from this file"):
-            with records.planning(p):
-                pass
-        records.append(p, [{"schema_version": 2, "x": 1}])
+            records.hold(p)
+        records.append(p, [{"schema_version": 2, "x": 1}])  # a plain `run --output` beside it
         assert records.read(p) == [{"schema_version": 2, "x": 1}]
-    with records.planning(p):  # released at the end: the next one may plan
-        pass
-    assert records.read(p) == [{"schema_version": 2, "x": 1}]
-    q = tmp_path / "new.jsonl"
-    with records.planning(q):
-        pass
-    assert not q.exists()  # a command that wrote nothing leaves no file behind
-    with records.planning(None), records.planning(tmp_path / "no" / "such" / "folder.jsonl"):
-        pass
+    finally:
+        other.kill()
+        other.wait()
+    records.hold(p)  # a killed holder's lock is gone with it
+    records.hold(p)  # (a second hold of the same file in one process: nothing more)
+    records.release()
+    assert not (tmp_path / "new" / ".r.jsonl.lock").exists() and records.read(p) == [{"schema_version": 2, "x": 1}]
+    records.hold(None)
+    records.release()
 
 
 def test_a_second_sweep_on_the_same_file_is_refused(tmp_path, capsys):
     from floorline import cli
 
     p = tmp_path / "r.jsonl"
-    with records.planning(p):  # a sweep of another process, as far as the lock can tell
+    other = _hold_elsewhere(p)
+    try:
         rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--device", "cpu",
                        "--output", str(p)])
+    finally:
+        other.kill()
+        other.wait()
     e = capsys.readouterr().err
     assert rc == 2 and "another floorline command is running from this file" in e and e.count("\n") == 1, e
-    assert not p.exists() or p.stat().st_size == 0
+    assert not p.exists()  # nothing ran, nothing written
+    assert cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--device", "cpu",
+                     "--output", str(p), "--dry-run"]) == 0  # a dry run plans nothing: no lock asked
 
 
 def test_each_record_is_fsynced_on_a_regular_file(tmp_path, monkeypatch):

@@ -272,6 +272,11 @@ def test_a_torn_last_line_is_left_out_with_a_note(tmp_path):
     recs, notes = load_results([str(p)])
     assert recs == [cells[0]] and any("truncated" in n and str(p) in n for n in notes), notes
     assert p.read_text().endswith(json.dumps(cells[1])[:300])  # left as it was: report repairs nothing
+    only = tmp_path / "only.jsonl"
+    only.write_text(json.dumps(cells[1])[:300])  # a file that holds only a torn line says why there is nothing
+    recs, notes = load_results([str(only)])
+    with pytest.raises(UserError, match=r"nothing to report: the results hold no records \(.*truncated"):
+        write_report(recs, str(tmp_path / "out"), notes)
 
 
 def test_two_folders_of_one_name_are_two_rows(tmp_path):
@@ -286,6 +291,13 @@ def test_two_folders_of_one_name_are_two_rows(tmp_path):
     got, notes = load_results([str(_write(tmp_path / "n.jsonl", [one, {**one, "run_id": "y2",
                                                                      "model_path": "/elsewhere/llama"}]))])
     assert [g["model"] for g in got] == ["llama", "llama"] and not any("several" in n for n in notes)
+    # one path, two configs (two machines): told apart by the config; a zoo model's records keep its name
+    zoo_rec = {**r, "run_id": "z1"}
+    local = {**zoo_rec, "run_id": "z2", "model_path": "/m/x", "model_config_sha256": "3" * 16}
+    got, _ = load_results([str(_write(tmp_path / "o.jsonl", [
+        zoo_rec, local, {**local, "run_id": "z3", "model_config_sha256": "4" * 16}]))])
+    m = r["model"]
+    assert [g["model"] for g in got] == [m, f"{m} (/m/x, config 33333333)", f"{m} (/m/x, config 44444444)"]
 
 
 def test_a_cell_lacking_a_required_key_is_read_with_a_note(tmp_path):

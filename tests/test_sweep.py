@@ -172,8 +172,15 @@ def test_a_cell_given_twice_is_one_cell_and_two_folders_of_one_name_are_two(tmp_
     assert None not in (ids[0]["model_config_sha256"], ids[1]["model_config_sha256"])
     assert ids[0]["model_config_sha256"] != ids[1]["model_config_sha256"]
     assert zoo.ZOO["tiny-llama"].identity() == {"model": "tiny-llama", "model_path": None, "model_config_sha256": None}
-    done = resume.done_keys([resume.failure_record(cells[0], "crash: a test") | {"valid": True}])
+    rec = resume.failure_record(cells[0], "crash: a test") | {"valid": True}
+    done = resume.done_keys([rec])
     assert cells[0].key() in done and cells[1].key() not in done
+    old = {k: v for k, v in rec.items() if k != "model_config_sha256"}  # a record from before the digest
+    assert cells[0].key() in resume.done_keys([old])  # takes its folder's, the folder being here
+    import shutil
+
+    copy = shutil.copytree(a, tmp_path / "c" / "llama")  # one model at another path (a Hub model in another cache)
+    assert sweep.plan([str(copy)], [16], ["eager"], base)[0].key() == cells[0].key()
     monkeypatch.chdir(a)
     assert zoo.resolve(".").name == "llama"  # --model . is named by its folder, not ""
 

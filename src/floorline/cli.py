@@ -104,6 +104,9 @@ def cmd_floor(args) -> int:
     if args.experts and not a.experts:
         raise UserError(f"--experts sets how a mixture-of-experts model stores its routed experts; {a.name} is dense: "
                         f"drop --experts (--weight-bits sets its matrices)")
+    if a.prequant and args.weight_bits is None:  # (a bf16 floor of a GPTQ checkpoint: 4x its bytes)
+        raise UserError(f"{a.name} is a pre-quantised checkpoint (config.json's quantization_config): add "
+                        f"{a.prequant} to count its floor")
     fmt = floor.weight_format(args.dtype, args.weight_bits,
                               floor.group_option(args.group_size, args.weight_bits, args.dtype))
     experts = floor.experts_read(a, fmt, args.experts)
@@ -217,7 +220,6 @@ def _group_size(s: str) -> int | str:
 def _prepare_output(path: str | None) -> list[dict]:
     """An --output file checked (and a torn last line repaired) before anything is measured: records.prepare. Its
     records ([] without --output)."""
-    from floorline.core import records
 
     return records.prepare(path, lambda m: err.print(f"warning: {m}")) if path else []
 
@@ -246,7 +248,6 @@ def _failed(reasons) -> bool:
 
 def cmd_run(args) -> int:
     from floorline.bench.measure import measure_cells
-    from floorline.core import records
     from floorline.report import display
 
     names = _names(args.mode)
@@ -260,11 +261,13 @@ def cmd_run(args) -> int:
         if "native" not in modes:  # (`all` without native: a CPU, a model native does not run)
             raise UserError(f"--native sets mode native's options and this run has no mode native "
                             f"({','.join(modes)}); add native to --mode where it runs, or drop --native")
-    have = _prepare_output(args.output)
-    runs = [cfg]
     if args.resume:
         if not args.output:
             raise UserError("--resume skips the cells --output already holds; give --output")
+        records.hold(args.output)  # one command planning from a file at a time
+    have = _prepare_output(args.output)
+    runs = [cfg]
+    if args.resume:
         runs = _runs_to_resume(cfg, have)
         err.print(f"resuming: {len(have)} record(s) in {args.output}; " +
                   (f"{sum(len(r.ctxs) * len(r.modes) for r in runs)} cell(s) to run" if runs else "nothing to run"))
@@ -336,8 +339,8 @@ def cmd_ab(args) -> int:
     out.print(display.table(display.AB_SESSION_HEADER, display.ab_session_rows(s),
                             f"{s['model']} ctx {s['ctx']} on {s['device_name']}: A = {s['arm_a']}, B = {s['arm_b']}, "
                             f"{s['steps']} timed steps per arm per session"))
-    out.print(display.ab_headline(s))
-    out.print(display.ab_gmean_line(s))
+    out.print(display.ab_headline(s), markup=False)  # ("[no interval: N < 2]" is no rich markup tag)
+    out.print(display.ab_gmean_line(s), markup=False)
     out.file.flush()  # the table before the notes when both streams go to one pipe
     for f in s["failed_sessions"]:
         err.print(f"failed: {f}")
@@ -455,6 +458,9 @@ def cmd_predict(args) -> int:
     from floorline.report import predict
 
     a = zoo.resolve(args.model, need="config", download=args.download)
+    if a.prequant:
+        raise UserError(f"{a.name} is a pre-quantised checkpoint (config.json's quantization_config); predict counts "
+                        f"unquantised weights: give the unquantised model's config")
     gpu = specs.lookup(args.gpu)
     cal = predict.calibrate_from(args.from_) if args.from_ else predict.calibrate_published()
     ar_us = _allreduce_latency(args)[0]
@@ -471,7 +477,6 @@ def cmd_predict(args) -> int:
 # --------------------------------------------------------------------------------------------------------- explain
 def cmd_explain(args) -> int:
     from floorline.bench import explain
-    from floorline.core import records
     from floorline.report import display
 
     cfg = _run_config(args, _names(args.mode))
@@ -481,6 +486,7 @@ def cmd_explain(args) -> int:
     if args.profile_steps < 1:
         raise UserError(f"--profile-steps must be >= 1, got {args.profile_steps}")
     d = _out_dir(args.out)
+    _prepare_output(str(d / "explain.jsonl"))  # an earlier run's records checked, a torn last line cut, first
     with err.status("floorline explain") as status:
         rows = explain.explain(cfg, args.profile_steps, log=lambda m: status.update(m))
     # written before anything is printed (a closed pipe loses nothing), after an earlier run's records (kept); the
@@ -519,8 +525,8 @@ def cmd_quant(args) -> int:
         jobs, recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
     names, modes, model, ctx = [j.backend for j in jobs], jobs[0].modes, jobs[0].arch.name, base.ctxs[0]
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
-    cell_rows = quantrows.rows(recs, model, ctx, modes, names, base.attn)
-    chain_rows = quantrows.kernel_rows(recs, model, names) if args.kernels else []
+    cell_rows = quantrows.rows(recs, model, ctx, modes, names, base.attn, base.dtype)
+    chain_rows = quantrows.kernel_rows(recs, model, names, base.dtype) if args.kernels else []
     out.print(display.table(display.QUANT_HEADER, display.quant_rows(cell_rows),
                             f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit "
                             f"width, measured bandwidth)"))
@@ -539,7 +545,6 @@ def cmd_quant(args) -> int:
 
 # -------------------------------------------------------------------------------------------------------- endpoint
 def cmd_endpoint(args) -> int:
-    from floorline.core import records
     from floorline.report import display
     from floorline.serve import endpoint
 
@@ -560,8 +565,9 @@ def cmd_endpoint(args) -> int:
         from rich.table import Table
 
         r0 = done[0]
-        t = Table(title=f"{r0['endpoint_url']} ({r0.get('endpoint_server') or 'server unnamed'} "
-                        f"{r0.get('endpoint_server_version') or ''}), model {r0['endpoint_served_model']}: per session",
+        server = " ".join(filter(None, [r0.get("endpoint_server") or r0.get("endpoint_server_header"),
+                                        r0.get("endpoint_server_version")])) or "server unnamed"
+        t = Table(title=f"{r0['endpoint_url']} ({server}), model {r0['endpoint_served_model']}: per session",
                   title_justify="left")
         for h in endpoint.SESSION_COLUMNS:
             t.add_column(h, justify="right")
@@ -590,7 +596,6 @@ def _print_records(args, done: list[dict]) -> None:
 
 # ---------------------------------------------------------------------------------------------------------- import
 def cmd_import(args) -> int:
-    from floorline.core import records
     from floorline.report import display
     from floorline.serve import llamabench
 
@@ -798,7 +803,8 @@ def build_parser() -> Parser:
     qt.add_argument("--mode", default=None, help="modes, comma-separated (default eager,graph on a GPU, "
                                                  "eager,static on the CPU)")
     qt.add_argument("--kernels", action="store_true", help="also time the chain of decoder matrices alone")
-    qt.add_argument("--output", default="results.jsonl", help="JSON-lines results (shared with sweep); resumes")
+    qt.add_argument("--output", default="results.jsonl",
+                    help="JSON-lines results (shared with sweep, one at a time); resumes")
     qt.add_argument("--timeout", type=_seconds, default=1800, help="seconds per backend process (default 1800)")
     qt.add_argument("--rerun", action="store_true", help="run backends already in the output again")
     qt.set_defaults(fn=cmd_quant)
@@ -918,12 +924,6 @@ def _is_stdout(path: str | None) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _plans(args) -> bool:
-    """A command that reads its --output to plan what it still runs (resume): one such command a file at a time."""
-    return (args.fn in (cmd_sweep, cmd_ab, cmd_quant) or (args.fn is cmd_run and args.resume)) and not getattr(
-        args, "dry_run", False)
-
-
 def main(argv: list[str] | None = None) -> int:
     import signal
 
@@ -936,8 +936,7 @@ def main(argv: list[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
-        with records.planning(args.output if _plans(args) else None):
-            return args.fn(args)
+        return args.fn(args)
     except UserError as e:
         if args.debug:
             raise
@@ -948,6 +947,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"written are kept (run the same command again to resume a sweep, ab or quant)")
         return 143 if isinstance(e, _Terminated) else 130
     finally:
+        records.release()  # the results files this command planned from (records.hold)
         out = stdout_console
         if main_thread and before is not None:
             signal.signal(signal.SIGTERM, before)

@@ -161,7 +161,7 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
     floor_ms = strict.ms(ses.base["measured_gbps"])
     kv_bytes = strict.components["kv_read"] + strict.components["kv_write"]
     return {
-        "schema_version": records.SCHEMA_VERSION, "kind": "explain", "model": ses.arch.name, "ctx": ctx,
+        "schema_version": records.SCHEMA_VERSION, "kind": "explain", **ses.arch.identity(), "ctx": ctx,
         "mode": mode, "dtype": ses.cfg.dtype, "quant": ses.base["quant"], "device": str(ses.device),
         "device_name": ses.base["device_name"],
         "measured_gbps": ses.base["measured_gbps"],  # and the bandwidth probe's samples, as a run's record keeps them

@@ -12,9 +12,10 @@ is not a field.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from floorline.core.errors import UserError
 
@@ -97,6 +98,9 @@ class Arch:
     shared_intermediate: int = 0  # a shared expert every token reads (Qwen2-MoE), with a one-output gate
     expert_format: str = "bf16"  # how the published checkpoint stores the routed experts (gpt-oss: mxfp4)
     config: dict | None = field(default=None, compare=False)  # the config.json read (builds the HF config)
+    # a dense checkpoint stored quantised (config.json's quantization_config): the options that count it ("--weight-bits
+    # 4 --group-size 32"), which floor and endpoint ask for; "" for an unquantised one. Never loaded (run refuses it)
+    prequant: str = ""
 
     def __post_init__(self):
         if self.family not in FAMILY:
@@ -134,11 +138,10 @@ class Arch:
         return self.traits.expert_bias
 
     def identity(self) -> dict:
-        """What a record names its model by: the name, the local directory (None for a zoo model) and a digest of
-        the config.json read (None for a zoo model), which tells two folders of one name apart across machines."""
-        digest = (hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:16]
-                  if self.path and self.config else None)
-        return {"model": self.name, "model_path": self.path, "model_config_sha256": digest}
+        """What a record names its model by: the name, the local directory and the digest of its config.json (both
+        None for a zoo model). The digest tells two folders of one name apart, and finds one folder copied to
+        another path or machine (a Hub model in any cache) to be the same model."""
+        return {"model": self.name, "model_path": self.path, "model_config_sha256": config_digest(self.path)}
 
     def is_sliding(self, i: int) -> bool:
         return bool(self.sliding) and self.sliding[i]
@@ -246,6 +249,26 @@ def _moe(cfg: dict, fam: Family, layers: int) -> dict:
     return kw
 
 
+def _prequant(q: dict) -> str:
+    """The floor's options for a pre-quantised dense checkpoint: its bits and group size (GPTQ's and transformers'
+    AWQ names, AutoAWQ's w_bit / q_group_size; a group of -1 is one a row), or a bare --weight-bits where the
+    config names no bits floorline counts (fp8, bitsandbytes: say what it holds)."""
+    bits, group = q.get("bits") or q.get("w_bit"), q.get("group_size") or q.get("q_group_size")
+    if bits not in (4, 8):
+        return f"--weight-bits 4|8 --group-size G (its quantization_config, {q.get('quant_method')!r}, names none)"
+    return f"--weight-bits {bits}" + (f" --group-size {group if group > 0 else 'row'}" if isinstance(group, int) else "")
+
+
+@functools.lru_cache(maxsize=None)
+def config_digest(path: str | None) -> str | None:
+    """The first 16 hex digits of the sha256 of `path`/config.json's bytes (what `sha256sum config.json` prints); None
+    for no path, or a folder that is not here (a record's from another machine)."""
+    try:
+        return hashlib.sha256((Path(path) / "config.json").read_bytes()).hexdigest()[:16] if path else None
+    except OSError:
+        return None
+
+
 # sizes a config.json gives as integers: at least 1, or (the second set) at least 0 where 0 means none
 POSITIVE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
             "max_position_embeddings", "num_experts", "num_local_experts", "num_experts_per_tok", "experts_per_token",
@@ -293,13 +316,7 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int 
         window, sliding = _sliding(cfg, fam, layers)
         moe = _moe(cfg, fam, layers)
         q = cfg.get("quantization_config")
-        if q and not moe:  # (a MoE's mxfp4 experts are counted: _moe)
-            bits, group = q.get("bits") or q.get("w_bit"), q.get("group_size") or q.get("q_group_size")
-            flags = f"--weight-bits {bits}" + (f" --group-size {group if group > 0 else 'row'}"
-                                               if isinstance(group, int) else "") if bits in (4, 8) else "--weight-bits"
-            raise UserError(f"{name}: config.json's quantization_config ({q.get('quant_method')!r}) is a pre-quantised "
-                            f"checkpoint, which floorline does not count or load; give the unquantised model's "
-                            f"config and {flags} (floor, predict) or --quant (run)")
+        prequant = _prequant(q) if q and not moe else ""  # (a MoE's mxfp4 experts are counted: _moe)
         intermediate = cfg.get("intermediate_size", 0) if moe and fam.moe == "qwen" else cfg["intermediate_size"]
         return Arch(
             name=name, family=family, hidden=hidden, intermediate=intermediate, layers=layers, heads=heads,
@@ -308,7 +325,7 @@ def arch_from_config(cfg: dict, name: str, path: str | None = None, params: int 
             qkv_bias=qkv_bias or flag_bias, o_bias=flag_bias,
             max_pos=cfg.get("max_position_embeddings", MAX_POS_DEFAULT[family]), rope_theta=float(theta),
             rms_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_scaling=scaling, path=path, params=params,
-            window=window, sliding=sliding, config=dict(cfg), **moe,
+            window=window, sliding=sliding, config=dict(cfg), prequant=prequant, **moe,
         )
     except KeyError as e:
         raise UserError(f"{name}: config.json lacks {e.args[0]!r}; give a complete transformers config") from None

@@ -81,13 +81,13 @@ GROUP_DEFAULT = 128  # elements a scale/zero group, when a quantised format does
 
 
 def group_option(given: int | str | None, bits: int | None, dtype: str = "bf16",
-                 flags: tuple[str, str] = ("--group-size", "--weight-bits")) -> int | None:
+                 flags: tuple[str, str] = ("--group-size", "--weight-bits 4")) -> int | None:
     """The group size weight_format takes from a user's option: not given (None) -> GROUP_DEFAULT; "row" -> None (one
     group per output row). Given for unquantised matrices it would change nothing, so it is refused as a mistake."""
     if given is None:
         return GROUP_DEFAULT
     if bits in (None, DTYPE_BYTES.get(dtype, 2) * 8):
-        raise UserError(f"{flags[0]} sets the groups of quantised matrices: add {flags[1]} 4 or 8, or drop {flags[0]}")
+        raise UserError(f"{flags[0]} sets the groups of quantised matrices: add {flags[1]} (or 8), or drop {flags[0]}")
     return None if given == "row" else given
 
 

@@ -23,7 +23,6 @@ import errno
 import json
 import os
 import stat
-import struct
 import sys
 import time
 from pathlib import Path
@@ -87,40 +86,54 @@ def _locked(f, exclusive: bool = True):
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-_PLAN_BYTE = 1 << 62  # the byte a planning command locks: far past any record, so no reader or writer meets it
+_HELD: dict = {}  # results file -> (its lock file, the open handle holding the lock)
 
 
-@contextlib.contextmanager
-def planning(path: str | os.PathLike | None):
-    """Held by a command that plans from a results file what it still has to run (sweep, ab, quant, run --resume),
-    from reading the file to its last record, so a second such command on the same file is one line (UserError)
-    instead of a second run of every cell beside the first. An open-file-description lock (Linux's F_OFD_SETLK) on
-    one byte far past the records: it leaves the per-record flock (_locked) alone, and unlike a POSIX record lock it
-    is not dropped when append() closes its own handle. No lock where the system has none (a plain file, a stream)."""
-    p = Path(path) if path else None
-    ofd = getattr(fcntl, "F_OFD_SETLK", None)
-    if p is None or ofd is None or p.is_dir() or (p.exists() and not p.is_file()) or not p.parent.is_dir():
-        yield  # (a missing folder is made, or refused, where the first record is written)
+def hold(path: str | os.PathLike | None) -> None:
+    """Called by a command that plans from a results file what it still has to run (sweep, ab, quant: resume.load;
+    run --resume), before it reads the file: a second such command on the same file is one line (UserError), not a
+    second run of every cell beside the first. The lock (flock) is on a hidden file beside it, `.NAME.lock`, so it
+    never meets the per-record lock (_locked) on the file itself, on a local disk or on NFS, where flock is a byte
+    range. Held until release() (the CLI's end) or the process's; a second hold of one file is a no-op. None, a
+    stream or a folder that cannot be written: no lock."""
+    if not path or fcntl is None:
         return
-    new = not p.exists()
-    try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
-    except OSError:  # read-only: nothing will be appended (the command says so where it would)
-        yield
+    p = Path(path).absolute()
+    if p in _HELD or (p.exists() and not p.is_file()):
         return
-    try:
-        try:  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0: an open file description's lock)
-            fcntl.fcntl(fd, ofd, struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, _PLAN_BYTE, 1, 0))
-        except (BlockingIOError, PermissionError):
+    lock = p.with_name(f".{p.name}.lock")
+    while True:
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)  # (the folder a first record would make)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # a folder that cannot be written: the first record's write says so
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             raise UserError(f"{path}: another floorline command is running from this file (sweep, ab, quant or run "
-                            f"--resume); wait for it to end and run again, or give another --output") from None
-        except OSError:  # a file system without these locks (some network mounts): as before, unlocked
+                            f"--resume: one at a time); wait for it to end, or give another --output") from None
+        except OSError:  # a file system without locks (some network mounts): as before, unlocked
+            os.close(fd)
+            return
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break  # (else the holder before removed it while this opened it: take the new one)
+        except FileNotFoundError:
             pass
-        yield
-    finally:
-        if new and os.fstat(fd).st_size == 0:
-            p.unlink(missing_ok=True)  # made only to hold the lock: a command that wrote nothing leaves nothing
-        os.close(fd)  # (closing the last handle of the description releases its lock)
+        os.close(fd)
+    _HELD[p] = (lock, fd)
+
+
+def release() -> None:
+    """Every hold() of this process let go, its lock file removed (while still locked: a command that opened it
+    meanwhile finds it gone and takes the next one)."""
+    while _HELD:
+        _, (lock, fd) = _HELD.popitem()
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(fd)
 
 
 @contextlib.contextmanager

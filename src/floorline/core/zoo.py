@@ -179,6 +179,11 @@ def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:
             raise UserError(f"{cfg_file}: not valid JSON ({e.msg} at line {e.lineno})") from None
         from floorline.core import hub
 
-        return arch_from_config(cfg, name=hub.name_of_dir(p) or p.resolve().name, path=str(p.resolve()))
+        a = arch_from_config(cfg, name=hub.name_of_dir(p) or p.resolve().name, path=str(p.resolve()))
+        if need == "weights" and a.prequant:
+            raise UserError(f"{model}: config.json's quantization_config makes it a pre-quantised checkpoint, which "
+                            f"floorline does not load; give the unquantised model (with --quant to quantise it), "
+                            f"or count its floor with `floorline floor` {a.prequant.split(' (')[0]}")
+        return a
     raise UserError(f"unknown model {model!r}; known: {', '.join(ZOO)} (or a directory with config.json + "
                     f"*.safetensors, or a Hugging Face id org/name)")

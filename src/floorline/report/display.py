@@ -203,12 +203,21 @@ def ab_session_rows(s: dict) -> list[list[str]]:
              f"{s['ratios'][i]:.3f}"] for i, sess in enumerate(s["sessions"])]
 
 
+# how often a nominal 95% percentile interval of the mean held it, by N (4,000 draws of N normal samples a size,
+# 2,000 resamples each; docs/method.md)
+BOOTSTRAP_COVERAGE = {5: 0.83, 10: 0.91, 20: 0.93, 50: 0.94}
+
+
 def ab_gmean_line(s: dict) -> str:
     glo, ghi = s["ratio_gmean_ci95"]
     n = len(s.get("ratios") or ())
-    return (f"geometric mean {s['ratio_gmean']:.3f}x" + (f" [{glo:.3f}, {ghi:.3f}]" if glo is not None else "")
-            + f"; 95% percentile bootstrap, {s['bootstrap_resamples']} resamples, seed {s['seed']}"
-            + (f" (it under-covers at {n} sessions: about 91% at 10, 94% at 50; docs/method.md)" if n < 50 else ""))
+    if glo is None:
+        return f"geometric mean {s['ratio_gmean']:.3f}x (no interval: {n} session{'s' * (n != 1)})"
+    near = min(BOOTSTRAP_COVERAGE, key=lambda k: abs(k - n))
+    return (f"geometric mean {s['ratio_gmean']:.3f}x [{glo:.3f}, {ghi:.3f}]; 95% percentile bootstrap, "
+            f"{s['bootstrap_resamples']} resamples, seed {s['seed']}"
+            + (f" (it under-covers below 50 sessions: about {BOOTSTRAP_COVERAGE[near]:.0%} at {near}; docs/method.md)"
+               if n < 50 else ""))
 
 
 # ---------------------------------------------------------------------------------------------------------- check

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from floorline.core import records
+from floorline.core.arch import config_digest
 from floorline.core.errors import UserError
 
 
@@ -66,18 +67,29 @@ def _same(a: dict, b: dict) -> bool:
 
 
 def _told_apart(recs: list[dict]) -> tuple[list[dict], list[str]]:
-    """Records whose model name stands for more than one model (two local folders of one name with different
-    config.json, or a folder named as a zoo model) renamed "name (path)", so no table row takes a median over two
-    models; and those names. One folder copied to two machines is one model (the same config digest)."""
-    def model(r: dict) -> tuple:  # a config digest names a folder's model on any machine; else its path
-        return r.get("model"), r.get("model_config_sha256") or r.get("model_path")
+    """Local models (records with a model_path) whose name stands for more than one model, renamed "name (path)": two
+    folders of one name with different config.json, or a folder named as a zoo model. A zoo model keeps its name (the
+    published points match it), and so does a record that names no folder; one folder copied to two machines is one
+    model (its config's digest; a record from before the digest takes its folder's where the folder is here). Returns
+    the records and the names told apart."""
+    def ident(r: dict):  # None: a zoo model (or a record without the fields)
+        path = r.get("model_path")
+        return (r.get("model_config_sha256") or config_digest(path) or path) if path else None
 
-    first: dict = {}  # (name, model) -> the path it was first seen at
+    models: dict = {}  # name -> {identity: the first path it was seen at}
     for r in recs:
-        first.setdefault(model(r), r.get("model_path"))
-    names = [m for m, _ in first]
-    clash = list(dict.fromkeys(str(m) for m in names if names.count(m) > 1))
-    return [{**r, "model": f"{r['model']} ({first[model(r)] or 'zoo'})"} if str(r.get("model")) in clash else r
+        models.setdefault(r.get("model"), {}).setdefault(ident(r), r.get("model_path"))
+    clash = [str(m) for m, ids in models.items() if len(ids) > 1]
+    if not clash:
+        return recs, []
+
+    def label(r: dict) -> str:
+        ids, me = models[r.get("model")], ident(r)
+        where = ids[me]
+        same = [i for i, p in ids.items() if p == where and i is not None]  # one path, two configs (two machines)
+        return f"{r['model']} ({where}" + (f", config {str(me)[:8]}" if len(same) > 1 else "") + ")"
+
+    return [{**r, "model": label(r)} if str(r.get("model")) in clash and ident(r) is not None else r
             for r in recs], clash
 
 

@@ -23,12 +23,22 @@ def comparable(r: dict) -> bool:
 
 
 def _latest(recs: list[dict], kind: str, attn: str) -> dict:
-    out = {}
+    """(model, ctx, mode, backend) -> {dtype: its latest record}, dtypes in the order their latest came."""
+    out: dict = {}
     for r in recs:  # later records win (a rerun, or a library installed since)
         if ((r.get("kind") or "cell") == kind and (kind != "cell" or comparable(r))
                 and (r.get("attn_implementation") or "sdpa") == attn):
-            out[(r.get("model"), r.get("ctx"), r.get("mode"), label(r.get("quant")))] = r
+            by_dtype = out.setdefault((r.get("model"), r.get("ctx"), r.get("mode"), label(r.get("quant"))), {})
+            by_dtype.pop(r.get("dtype"), None)
+            by_dtype[r.get("dtype")] = r
     return out
+
+
+def _pick(cells: dict, key: tuple, dtype: str | None) -> dict | None:
+    """The record of `key` in `dtype` where there is one, else its latest in any dtype (a backend whose kernels take
+    another: ExLlamaV2's fp16 in a bf16 run; its row says the dtype)."""
+    by_dtype = cells.get(key) or {}
+    return by_dtype.get(dtype) or (list(by_dtype.values())[-1] if by_dtype else None)
 
 
 def share_realised(t_ref: float, t_q: float, bytes_ref: int, bytes_q: int) -> float | None:
@@ -38,15 +48,17 @@ def share_realised(t_ref: float, t_q: float, bytes_ref: int, bytes_q: int) -> fl
 
 
 def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: list[str],
-         attn: str = "sdpa") -> list[dict]:
-    """One row per backend x mode: its time, its floor, speed-up over bf16, ideal speed-up, share realised."""
+         attn: str = "sdpa", dtype: str | None = None) -> list[dict]:
+    """One row per backend x mode: its time, its floor, speed-up over bf16, ideal speed-up, share realised. The bf16
+    reference is the unquantised record in `dtype` (None: the latest, in any), and each backend's its record in the
+    reference's dtype where it ran in it."""
     cells = _latest(recs, "cell", attn)
     out = []
     for mode in modes:
-        ref = cells.get((model, ctx, mode, "bf16"))
+        ref = _pick(cells, (model, ctx, mode, "bf16"), dtype)
         ref_ok = ref is not None and ref.get("valid")
         for b in backends:
-            r = cells.get((model, ctx, mode, b))
+            r = _pick(cells, (model, ctx, mode, b), ref.get("dtype") if ref else dtype)
             row = {"backend": b, "mode": mode, "status": "not run", "dtype": None, "ms": None, "floor_ms": None,
                    "fraction": None, "floor_bytes": None, "speedup": None, "ideal_speedup": None, "share": None}
             if r is None:
@@ -69,13 +81,13 @@ def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: lis
     return out
 
 
-def kernel_rows(recs: list[dict], model: str, backends: list[str]) -> list[dict]:
+def kernel_rows(recs: list[dict], model: str, backends: list[str], dtype: str | None = None) -> list[dict]:
     """One row per backend: the decoder-matrix chain's time against its bytes, and against the bf16 chain."""
     chains = _latest(recs, "kernels", "sdpa")  # the chain has no attention
-    ref = chains.get((model, None, "kernels", "bf16"))
+    ref = _pick(chains, (model, None, "kernels", "bf16"), dtype)
     out = []
     for b in backends:
-        r = chains.get((model, None, "kernels", b))
+        r = _pick(chains, (model, None, "kernels", b), ref.get("dtype") if ref else dtype)
         row = {"backend": b, "status": "not run", "ms": None, "bytes": None, "gbps": None, "fraction": None,
                "speedup": None, "ideal_speedup": None, "share": None}
         if r is not None:

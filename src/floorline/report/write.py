@@ -14,7 +14,8 @@ def write_report(records: list[dict], out_dir: str, notes: list[str] | None = No
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a directory; give --out a directory")
     if not records:  # (before the folder is made: a report that fails leaves nothing behind)
-        raise UserError("nothing to report: the results hold no records")
+        why = "; ".join((notes or [])[1:])  # (the first says how many were read: none)
+        raise UserError("nothing to report: the results hold no records" + (f" ({why})" if why else ""))
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -117,6 +117,9 @@ def api_key(env: str | None) -> tuple[str, str | None]:
 
 def weight_floors(a: Arch, ctx: int, cfg: EndpointConfig) -> tuple[floor.Floor, floor.Floor, dict]:
     """(strict, paper, what the record says about the weight format)."""
+    if a.prequant and cfg.bpw is None and cfg.weight_bits is None:
+        raise UserError(f"{a.name} is a pre-quantised checkpoint (config.json's quantization_config): add "
+                        f"{a.prequant} for the weights the server holds")
     if cfg.bpw is not None:
         if cfg.weight_bits is not None or cfg.group_size is not None:
             raise UserError(f"give --bpw or --weight-bits{' --group-size' if cfg.group_size is not None else ''}, "
@@ -413,9 +416,19 @@ def stream_once(srv: Server, served: str, prompt: Prompt, cfg: EndpointConfig, s
         _read_stream(st, out)
     except Exception as e:  # mid-stream, whatever the client library raises for it: data that is not JSON (or not
         # UTF-8), a stall past --timeout, a dropped connection (openai >= 2 wraps the transport's errors, 1.x not)
-        raise UserError(f"{clean_url(srv.url)}: the streamed completion broke off after {len(out.events)} event(s) "
-                        f"({type(e).__name__}: {_first_line(e)}); check the server, or raise --timeout") from None
+        raise BrokenStream(f"{clean_url(srv.url)}: the streamed completion broke off after {len(out.events)} "
+                           f"event(s) ({type(e).__name__}: {_first_line(e)}); check the server, or raise --timeout",
+                           out) from None
     return out
+
+
+class BrokenStream(UserError):
+    """A streamed completion that broke off: bad input before a session was measured (nothing written), a failed
+    session after (measure_endpoint records it invalid, with the events that came)."""
+
+    def __init__(self, message: str, stream: Stream):
+        super().__init__(message)
+        self.stream = stream
 
 
 def _read_stream(st, out: Stream) -> None:
@@ -632,32 +645,52 @@ def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s:
                 "seed": cfg.seed, "floor_convention": "strict", "endpoint_url": clean_url(cfg.url),
                 "endpoint_served_model": served, "endpoint_api_key_env": key_env, **srv.info,
                 **device_info(cfg.gpu, dev), **system.environment()}
+        measured = False  # a session that fails after one was measured is the server's failure, not bad input
         for ctx in cfg.ctxs:
             for session in range(cfg.first_session, cfg.first_session + cfg.sessions):
                 seed = cfg.prompt_seed(ctx, session)
                 rng = np.random.default_rng(seed)
                 n = f"{session + 1}/{cfg.first_session + cfg.sessions}"
-                log(f"ctx {ctx} session {n}: prompt")
-                prompt = make_prompt(srv, served, ctx, rng, a.vocab)
-                log(f"ctx {ctx} session {n}: {cfg.max_tokens} tokens, streamed")
+                prompt = Prompt("", None, "none")
                 try:
-                    s = stream_once(srv, served, prompt, cfg, cfg.seed + session)
-                except UserError:
-                    if not isinstance(prompt.payload, list) or srv.token_prompts is not None:
-                        raise
-                    srv.token_prompts = False  # it tokenizes but takes no token-id prompt: a text of ctx tokens
+                    log(f"ctx {ctx} session {n}: prompt")
                     prompt = make_prompt(srv, served, ctx, rng, a.vocab)
-                    s = stream_once(srv, served, prompt, cfg, cfg.seed + session)
+                    log(f"ctx {ctx} session {n}: {cfg.max_tokens} tokens, streamed")
+                    prompt, s = _session_stream(srv, served, prompt, cfg, session, rng, a, ctx)
+                except UserError as e:
+                    if not measured:
+                        raise
+                    log(f"ctx {ctx} session {n}: failed ({e})")
+                    rec = session_record({**base, "endpoint_dropped_fields": list(srv.dropped),
+                                          "endpoint_prompt_seed": seed}, a, ctx, cfg, prompt,
+                                         getattr(e, "stream", None) or Stream(time.perf_counter_ns()), session)
+                    yield {**rec, "valid": False, "reason": f"crash: {e}"}
+                    continue
                 if isinstance(prompt.payload, list):
                     srv.token_prompts = True
                 if not [e for e in s.events if e.text or e.usage_tokens]:
                     ct = s.content_type or "none"
                     raise UserError(f"{clean_url(cfg.url)}: the completion came back with no streamed tokens "
                                     f"(content-type {ct}); floorline endpoint needs a server that streams (SSE)")
+                measured = True
                 yield session_record({**base, "endpoint_dropped_fields": list(srv.dropped),
                                       "endpoint_prompt_seed": seed}, a, ctx, cfg, prompt, s, session)
     finally:
         srv.close()
+
+
+def _session_stream(srv: Server, served: str, prompt: Prompt, cfg: EndpointConfig, session: int,
+                    rng: np.random.Generator, a: Arch, ctx: int) -> tuple[Prompt, Stream]:
+    """(the prompt sent, its streamed completion); a server that tokenizes but takes no token-id prompt gets a text
+    of ctx tokens instead (found on the first session, kept in srv.token_prompts)."""
+    try:
+        return prompt, stream_once(srv, served, prompt, cfg, cfg.seed + session)
+    except UserError:
+        if not isinstance(prompt.payload, list) or srv.token_prompts is not None:
+            raise
+        srv.token_prompts = False
+        prompt = make_prompt(srv, served, ctx, rng, a.vocab)
+        return prompt, stream_once(srv, served, prompt, cfg, cfg.seed + session)
 
 
 # ----------------------------------------------------------------------------------------------------------- display

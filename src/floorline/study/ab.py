@@ -22,13 +22,15 @@ import json
 import statistics
 import uuid
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 from floorline import quant
 from floorline.bench.config import RunConfig, expand_modes, validate
 from floorline.bench.device import resolve_device
 from floorline.bench.models import ATTN_IMPLEMENTATIONS, TORCH_DTYPES
-from floorline.core import floor, records, stats, zoo
+from floorline.core import floor, gguf, records, stats, zoo
+from floorline.core.arch import config_digest
 from floorline.core.errors import UserError
 from floorline.core.modes import MODES
 from floorline.native.options import NativeOptions
@@ -99,6 +101,8 @@ def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa", quant_: str = 
             raise UserError(f"arm {spec!r}: unknown key {k!r}; use mode=, dtype=, attn=, quant=, tp=, allreduce=, "
                             f"mode native's {'=, '.join(NATIVE_KEYS)}=, or endpoint=URL with served=, bpw=, "
                             f"weight_bits=, group_size=, gpu=, device=")
+        if k in given:  # ("eager,static" once ran static alone, said nowhere)
+            raise UserError(f"arm {spec!r}: {k} given twice; an arm is one {k} (compare two as --a and --b)")
         given[k] = v
     if "endpoint" in given or given.get("mode") == "endpoint":
         return _endpoint_arm(spec, given, served)
@@ -156,14 +160,17 @@ def _endpoint_arm(spec: str, given: dict[str, str], served: str | None) -> Arm:
     dtype = given.get("dtype", "bf16")
     if dtype not in TORCH_DTYPES:
         raise UserError(f"arm {spec!r}: unknown dtype {dtype!r}; use one of {', '.join(TORCH_DTYPES)}")
-    try:
-        if "group_size" in ints and given.get("bpw"):
-            raise UserError("bpw= is the average over every weight, its groups' scales included: drop group_size=")
+    try:  # the weights' options as `endpoint` would take them, said in the arm's terms now, not at its first session
+        if given.get("bpw"):
+            if ints:
+                raise UserError(f"bpw= is the average over every weight, its groups' scales included: drop "
+                                f"{'= and '.join(ints)}=")
+            gguf.parse_bpw(given["bpw"])
         floor.weight_format(dtype, ints.get("weight_bits"),
                             floor.group_option(ints.get("group_size"), ints.get("weight_bits"), dtype,
-                                                  ("group_size=", "weight_bits=")))
+                                               ("group_size=", "weight_bits=4")))
     except UserError as e:
-        raise UserError(f"arm {spec!r}: {e}") from None
+        raise UserError(f"arm {spec!r}: {str(e).replace('--weight-bits ', 'weight_bits=')}") from None
     return Arm("endpoint", dtype, "sdpa", "none", endpoint=endpoint.clean_url(given["endpoint"]),
                served=given.get("served") or served, bpw=given.get("bpw"), gpu=given.get("gpu"),
                device=given.get("device"), **ints)
@@ -179,10 +186,14 @@ class ABConfig:
     timeout_s: float | None = 1800
 
     def key(self) -> str:
-        """Identifies the experiment in an output file: the same key resumes, another starts afresh."""
+        """Identifies the experiment in an output file: the same key resumes, another starts afresh. A local folder
+        counts by its config (one name typed in two folders is two models); a zoo model's key is as it always was."""
         d = {"base": asdict(self.base), "a": self.a.fields(), "b": self.b.fields()}
         for k in ("modes", "dtype", "attn", "quant", "tp", "allreduce", "native"):
             d["base"].pop(k)
+        digest = config_digest(str(Path(self.base.model).resolve())) if Path(self.base.model).is_dir() else None
+        if digest:
+            d["base"]["model_config_sha256"] = digest
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -332,7 +343,8 @@ def summarize(cfg: ABConfig, key: str, done: dict[int, dict[str, dict]], failure
     r0 = done[sessions[0]]["A"]
     return {
         "schema_version": records.SCHEMA_VERSION, "kind": "ab_summary", "run_id": uuid.uuid4().hex, "ab_key": key,
-        "model": r0["model"], "ctx": r0["ctx"], "device_name": r0["device_name"], "device": r0["device"],
+        "model": r0["model"], "model_path": r0.get("model_path"), "model_config_sha256": r0.get("model_config_sha256"),
+        "ctx": r0["ctx"], "device_name": r0["device_name"], "device": r0["device"],
         "arm_a": cfg.a.label, "arm_b": cfg.b.label, "arm_a_config": cfg.a.fields(), "arm_b_config": cfg.b.fields(),
         "steps": cfg.base.steps, "warmup": cfg.base.warmup, "seed": cfg.base.seed,
         "n_sessions": len(sessions), "sessions_asked": cfg.sessions, "failed_sessions": failures,

@@ -52,8 +52,7 @@ def backend_dtype(name: str, dtype: str) -> str:
 
 
 def _kernel_key(rec: dict) -> tuple:
-    return (rec.get("model"), rec.get("model_path"), rec.get("quant") or "none", rec.get("dtype"),
-            device_kind(rec.get("device")))
+    return (*cell_key(rec)[:2], rec.get("quant") or "none", rec.get("dtype"), device_kind(rec.get("device")))
 
 
 def _done(have: list[dict]) -> tuple[set, set]:
@@ -86,7 +85,7 @@ def plan(cfg: QuantConfig, have: list[dict]) -> list[BackendRun]:
         why = b.missing(device.type) if b else None
         if not why:
             validate(run, a, device.type)
-        key = {"model": a.name, "model_path": a.path, "ctx": run.ctxs[0], "quant": run.quant, "dtype": run.dtype,
+        key = {**a.identity(), "ctx": run.ctxs[0], "quant": run.quant, "dtype": run.dtype,
                "attn_implementation": run.attn, "device": run.device}
         todo = [m for m in modes if cell_key({**key, "mode": m}) not in cells]
         chain = cfg.kernels and _kernel_key(key) not in chains

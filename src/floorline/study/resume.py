@@ -18,7 +18,7 @@ from typing import Callable
 from floorline.bench import system
 from floorline.bench.config import RunConfig, weight_format
 from floorline.core import floor, records
-from floorline.core.arch import Arch
+from floorline.core.arch import Arch, config_digest
 from floorline.native.options import NativeOptions
 from floorline.serve.endpoint import EndpointConfig, clean_url, weight_floors
 from floorline.study.launcher import run_fresh
@@ -29,11 +29,13 @@ def device_kind(device: str | None) -> str:
 
 
 def cell_key(rec: dict) -> tuple:
-    """What makes two records the same cell: model (its name, and for a local directory its path: two folders of one
-    name are two models), ctx, mode, quant, dtype, attention, device kind, for tensor parallelism the GPU count and the
-    all-reduce backend (one GPU: tp 1, no backend), and for mode native its options (NativeOptions); for a running
-    server (mode endpoint): model, ctx, its URL and the model it serves (its device and weights are its own)."""
-    model = rec.get("model"), rec.get("model_path")
+    """What makes two records the same cell: model (its name, and for a local directory the digest of its
+    config.json: two folders of one name are two models, one folder at two paths one), ctx, mode, quant, dtype,
+    attention, device kind, for tensor parallelism the GPU count and the all-reduce backend (one GPU: tp 1, no
+    backend), and for mode native its options (NativeOptions); for a running server (mode endpoint): model, ctx, its
+    URL and the model it serves (its device and weights are its own). A record from before the digest was kept takes
+    its folder's, where the folder is here."""
+    model = rec.get("model"), rec.get("model_config_sha256") or config_digest(rec.get("model_path"))
     if rec.get("mode") == "endpoint":
         return *model, rec.get("ctx"), "endpoint", rec.get("endpoint_url"), rec.get("endpoint_served_model")
     tp = rec.get("tp") or 1
@@ -58,12 +60,12 @@ class Cell:
 
     def key(self) -> tuple:
         if self.endpoint is not None:
-            return cell_key({"model": self.arch.name, "model_path": self.arch.path, "ctx": self.ctx,
+            return cell_key({**self.arch.identity(), "ctx": self.ctx,
                              "mode": "endpoint", "endpoint_url": clean_url(self.endpoint.url),
                              "endpoint_served_model": self.endpoint.served_model})
         from floorline.bench import tp_run
 
-        return cell_key({"model": self.arch.name, "model_path": self.arch.path, "ctx": self.ctx, "mode": self.mode,
+        return cell_key({**self.arch.identity(), "ctx": self.ctx, "mode": self.mode,
                          "quant": self.run.quant, "dtype": self.run.dtype, "attn_implementation": self.run.attn,
                          "device": self.run.device, "tp": self.run.tp, **self.run.native.record(),
                          "allreduce_backend": tp_run.backend(self.run, device_kind(self.run.device))})
@@ -82,7 +84,10 @@ def done_keys(have: list[dict], *, valid_only: bool = False) -> set[tuple]:
 def load(path: str | os.PathLike, warn: Callable[[str], None] = lambda m: None, repair: bool = True) -> list[dict]:
     """Records already in the results file (records.prepare: checked first, then a torn last line, a kill mid-write,
     cut from the file with a warning, so its cell runs again; repair=False changes nothing). Whether the file can be
-    written is asked when there is something to append (records.writable): a finished study reads a read-only file."""
+    written is asked when there is something to append (records.writable): a finished study reads a read-only file.
+    A study that will run what the file lacks (repair) holds it first (records.hold: one such command a file)."""
+    if repair:
+        records.hold(path)
     return records.prepare(path, lambda m: warn(f"{m}, its cell reruns" if repair else m), repair, write=False)
 
 
