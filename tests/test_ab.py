@@ -181,6 +181,7 @@ def test_parse_endpoint_arm():
     ("endpoint=http://h:1/v1,bpw=Q4_K,group_size=64", "drop group_size="),
     ("endpoint=http://h:1/v1,bpw=Q8_0,weight_bits=4", "drop weight_bits="),
     ("endpoint=http://h:1/v1,bpw=Q9_X", "arm 'endpoint=http://h:1/v1,bpw=Q9_X': "),
+    ("endpoint=http://h:1/v1,bpw=0.5", "': bpw= must be between 1 and 32 bits"),  # in the arm's terms, not --bpw
     ("endpoint=http://h:1/v1,dtype=fp32,weight_bits=16", "weight_bits=16 with fp32"),
     ("endpoint=http://h:1/v1,weight_bits=4,group_size=some", "whole number or row"),
 ])
@@ -210,16 +211,25 @@ def test_key_of_a_local_folder_is_its_config(tmp_path, monkeypatch):
     from dataclasses import replace
 
     from floorline.bench.config import RunConfig
-    for sub, size in (("a", 128), ("b", 256)):
+    from floorline.core import zoo
+
+    for sub, name in (("a", "tiny-qwen3"), ("b", "tiny-qwen2-moe")):
         (tmp_path / sub / "llama").mkdir(parents=True)
-        (tmp_path / sub / "llama" / "config.json").write_text(json.dumps({"hidden_size": size}))
+        cfg = zoo.ZOO[name].config or {}
+        (tmp_path / sub / "llama" / "config.json").write_text(json.dumps(cfg))
     cfg = ab.ABConfig(RunConfig("llama", [64], []), ab.parse_arm("eager"), ab.parse_arm("static"))
     keys = []
     for sub in ("a", "b", "a"):
         monkeypatch.chdir(tmp_path / sub)
         keys.append(cfg.key())
     assert keys[0] != keys[1] and keys[0] == keys[2]
-    assert replace(cfg, base=replace(cfg.base, model="tiny-llama")).key() != keys[0]
+    monkeypatch.chdir(tmp_path)  # one folder however typed
+    assert {replace(cfg, base=replace(cfg.base, model=m)).key() for m in ("a/llama", "./a/llama/",
+                                                                           str(tmp_path / "a" / "llama"))} == {keys[0]}
+    assert cfg.key(legacy=True) != keys[0]  # (the key as typed: an older file's sessions count too, run_ab)
+    (tmp_path / "tiny-llama").mkdir()  # a folder named as a zoo model: the zoo model runs, its key as it was
+    zoo_cfg = replace(cfg, base=replace(cfg.base, model="tiny-llama"))
+    assert zoo_cfg.key() == zoo_cfg.key(legacy=True)
 
 
 def test_the_summary_line_says_when_its_interval_under_covers():

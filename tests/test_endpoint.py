@@ -314,6 +314,10 @@ def test_a_server_that_fails_mid_run_gives_invalid_sessions_and_exit_1(stub, tmp
     bad = recs[1]
     assert bad["reason"].startswith("crash: ") and "broke off after 2 event(s) (JSONDecodeError" in bad["reason"]
     assert bad["events"] == 2 and bad["step_ms_median"] is None and bad["floor_bytes"] == recs[0]["floor_bytes"]
+    Stub.mode, Stub.good = "nostream", 1  # a reply without streamed tokens, after a measured session: the same
+    (tmp_path / "b").mkdir()
+    rc, recs, err = _stub_run(stub, tmp_path / "b", "--sessions", "2")
+    assert rc == 1 and [r["valid"] for r in recs] == [True, False] and "needs a server that streams" in recs[1]["reason"]
 
 
 def test_unreachable_and_credentials_in_url(tmp_path):

@@ -69,3 +69,19 @@ def test_not_cached_and_not_allowed(cache):
         hub.snapshot("acme/absent", "config")
     rc, _, err = run_cli(["floor", "--model", "acme/absent", "--ctx", "8", "--download"])
     assert rc == 2 and "HF_HUB_OFFLINE=1 forbids downloads" in err
+
+
+def test_a_pre_quantised_hub_checkpoint_is_refused_before_its_weights(cache, monkeypatch):
+    """run of org/X-GPTQ: its config.json (a few KB) says what it is, so no shard is fetched for a refusal."""
+    d = cache / "models--acme--tiny-qwen2" / "snapshots" / COMMIT
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "gptq", "bits": 4,
+                                                                               "group_size": 128}}))
+    fetched = []
+    real = hub.snapshot
+    monkeypatch.setattr(hub, "snapshot", lambda m, need="config", download=False: (fetched.append(need),
+                                                                                    real(m, need, download))[1])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # downloads allowed: the weights would be fetched, were they asked for
+    rc, _, err = run_cli(["run", "--model", "acme/tiny-qwen2", "--device", "cpu", "--ctx", "16"])
+    assert rc == 2 and "pre-quantised checkpoint" in err and "--weight-bits 4 --group-size 128" in err, err
+    assert "weights" not in fetched

@@ -52,13 +52,19 @@ def test_the_bf16_reference_is_in_the_runs_dtype():
     is still its row."""
     recs = [_cell("none", "eager", 2.0, 12e9), _cell("nf4", "eager", 4.0, 4e9),
             _cell("none", "eager", 1.0, 24e9, dtype="fp32"), _cell("gptq-exllamav2", "eager", 3.0, 3.9e9, dtype="fp16")]
-    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16", "nf4", "gptq-exllamav2"],
-                                                   dtype="bf16")}
+    dtypes = {"bf16": "bf16", "nf4": "bf16", "gptq-exllamav2": "fp16"}  # as quant ran them this time
+    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], list(dtypes), dtypes=dtypes)}
     assert (by["bf16"]["ms"], by["bf16"]["dtype"]) == (2.0, "bf16")
     assert by["nf4"]["ideal_speedup"] == pytest.approx(3.0) and by["nf4"]["speedup"] == pytest.approx(0.5)
     assert by["gptq-exllamav2"]["dtype"] == "fp16" and by["gptq-exllamav2"]["speedup"] == pytest.approx(2 / 3)
-    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16"], dtype="fp32")}
-    assert (by["bf16"]["ms"], by["bf16"]["dtype"]) == (1.0, "fp32")
+    fp32 = {"bf16": "fp32", "nf4": "bf16"}  # nf4's kernels take no fp32: its bf16 record, never another run's dtype
+    by = {r["backend"]: r for r in quantrows.rows(recs + [_cell("nf4", "eager", 1.5, 4e9, dtype="fp16")], "m", 2048,
+                                                   ["eager"], list(fp32), dtypes=fp32)}
+    assert (by["bf16"]["ms"], by["bf16"]["dtype"]) == (1.0, "fp32") and (by["nf4"]["ms"], by["nf4"]["dtype"]) == (
+        4.0, "bf16")
+    # the report (no dtypes): the latest reference, each backend in its dtype where it ran in it
+    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16", "nf4"])}
+    assert by["bf16"]["dtype"] == "fp32" and by["nf4"]["dtype"] == "bf16"
 
 
 def test_the_bf16_reference_is_a_one_gpu_run_of_floorlines_modes():

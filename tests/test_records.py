@@ -296,11 +296,13 @@ def test_one_planning_command_a_file(tmp_path):
     hidden file beside the results (never the results file itself, which is neither made nor removed), released at
     the end; records are still appended and read meanwhile."""
     p = tmp_path / "new" / "r.jsonl"
+    (tmp_path / "link").symlink_to(tmp_path / "new", target_is_directory=True)
     other = _hold_elsewhere(p)
     try:
         assert (tmp_path / "new" / ".r.jsonl.lock").exists() and not p.exists()
-        with pytest.raises(UserError, match="another floorline command is running from this file"):
-            records.hold(p)
+        for path in (p, tmp_path / "link" / "r.jsonl"):  # by any path to the file
+            with pytest.raises(UserError, match="another floorline command is running from this file"):
+                records.hold(path)
         records.append(p, [{"schema_version": 2, "x": 1}])  # a plain `run --output` beside it
         assert records.read(p) == [{"schema_version": 2, "x": 1}]
     finally:
@@ -314,6 +316,36 @@ def test_one_planning_command_a_file(tmp_path):
     records.release()
 
 
+def test_a_hold_that_wrote_nothing_leaves_no_folder(tmp_path):
+    records.hold(tmp_path / "a" / "b" / "r.jsonl")  # (a quant refused after its hold: bad input)
+    assert (tmp_path / "a" / "b" / ".r.jsonl.lock").exists()
+    records.release()
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_lock_file_removed_while_it_was_opened_is_not_held(tmp_path, monkeypatch):
+    """The holder before removes its lock file on release; one that opened it just before locks a file nobody else
+    will find: hold() sees the inode changed and takes the new file."""
+    import os
+
+    p = tmp_path / "r.jsonl"
+    lock = tmp_path / ".r.jsonl.lock"
+    lock.write_text("")
+    real, calls = records.fcntl.flock, []
+
+    def flock(fd, op):
+        if not calls:  # the first lock taken: its file goes away (the holder before released it)
+            lock.unlink()
+        calls.append(fd)
+        return real(fd, op)
+
+    monkeypatch.setattr(records.fcntl, "flock", flock)
+    records.hold(p)
+    held = records._HELD[p.resolve()][1]
+    assert len(calls) == 2 and lock.exists() and os.stat(lock).st_ino == os.fstat(held).st_ino
+    records.release()
+
+
 def test_a_second_sweep_on_the_same_file_is_refused(tmp_path, capsys):
     from floorline import cli
 
@@ -322,14 +354,17 @@ def test_a_second_sweep_on_the_same_file_is_refused(tmp_path, capsys):
     try:
         rc = cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--device", "cpu",
                        "--output", str(p)])
+        e = capsys.readouterr().err
+        assert rc == 2 and "another floorline command is running from this file" in e and e.count("\n") == 1, e
+        assert not p.exists()  # nothing ran, nothing written
+        assert cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--device", "cpu",
+                         "--output", str(p), "--dry-run"]) == 0  # a dry run plans nothing: no lock asked
     finally:
         other.kill()
         other.wait()
-    e = capsys.readouterr().err
-    assert rc == 2 and "another floorline command is running from this file" in e and e.count("\n") == 1, e
-    assert not p.exists()  # nothing ran, nothing written
     assert cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--device", "cpu",
-                     "--output", str(p), "--dry-run"]) == 0  # a dry run plans nothing: no lock asked
+                     "--output", str(p), "--steps", "2", "--warmup", "1"]) == 0
+    assert len(records.read(p)) == 1 and not (tmp_path / ".r.jsonl.lock").exists()  # released at the command's end
 
 
 def test_each_record_is_fsynced_on_a_regular_file(tmp_path, monkeypatch):

@@ -188,9 +188,13 @@ def _run_config(args, modes: list[str], need: str = "weights"):
 def _hub_dir(model: str, download: bool, need: str = "weights") -> str:
     """A Hub id becomes its cached snapshot directory (weights fetched only when allowed): worker processes get a
     local directory and never touch the network."""
-    from floorline.core import hub
+    from floorline.core import hub, zoo
 
-    return str(hub.snapshot(model, need, download)) if hub.is_hub_id(model) else model
+    if not hub.is_hub_id(model):
+        return model
+    if need == "weights":  # its config.json first (a few KB): a pre-quantised checkpoint is refused before its shards
+        zoo.refuse_prequant(model, zoo.resolve(model, need="config", download=download))
+    return str(hub.snapshot(model, need, download))
 
 
 def _seconds(s: str) -> float:
@@ -525,8 +529,10 @@ def cmd_quant(args) -> int:
         jobs, recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
     names, modes, model, ctx = [j.backend for j in jobs], jobs[0].modes, jobs[0].arch.name, base.ctxs[0]
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
-    cell_rows = quantrows.rows(recs, model, ctx, modes, names, base.attn, base.dtype)
-    chain_rows = quantrows.kernel_rows(recs, model, names, base.dtype) if args.kernels else []
+    # each backend's record in the dtype it ran in this time; the bf16 reference in the run's
+    dtypes = {"bf16": quantstudy.backend_dtype("bf16", base.dtype), **{j.backend: j.run.dtype for j in jobs}}
+    cell_rows = quantrows.rows(recs, model, ctx, modes, names, base.attn, dtypes)
+    chain_rows = quantrows.kernel_rows(recs, model, names, dtypes) if args.kernels else []
     out.print(display.table(display.QUANT_HEADER, display.quant_rows(cell_rows),
                             f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit "
                             f"width, measured bandwidth)"))

@@ -259,12 +259,22 @@ def _prequant(q: dict) -> str:
     return f"--weight-bits {bits}" + (f" --group-size {group if group > 0 else 'row'}" if isinstance(group, int) else "")
 
 
-@functools.lru_cache(maxsize=None)
 def config_digest(path: str | None) -> str | None:
     """The first 16 hex digits of the sha256 of `path`/config.json's bytes (what `sha256sum config.json` prints); None
-    for no path, or a folder that is not here (a record's from another machine)."""
+    for no path, or a folder that is not here (a record's from another machine). Read again when the file changes."""
+    if not path:
+        return None
     try:
-        return hashlib.sha256((Path(path) / "config.json").read_bytes()).hexdigest()[:16] if path else None
+        st = (Path(path) / "config.json").stat()
+    except OSError:
+        return None
+    return _file_digest(str(Path(path) / "config.json"), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(file: str, ino: int, mtime_ns: int, size: int) -> str | None:
+    try:
+        return hashlib.sha256(Path(file).read_bytes()).hexdigest()[:16]
     except OSError:
         return None
 

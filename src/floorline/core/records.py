@@ -86,32 +86,37 @@ def _locked(f, exclusive: bool = True):
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-_HELD: dict = {}  # results file -> (its lock file, the open handle holding the lock)
+_HELD: dict = {}  # results file -> (its lock file, the open handle holding the lock, the folders hold() made)
 
 
 def hold(path: str | os.PathLike | None) -> None:
     """Called by a command that plans from a results file what it still has to run (sweep, ab, quant: resume.load;
-    run --resume), before it reads the file: a second such command on the same file is one line (UserError), not a
-    second run of every cell beside the first. The lock (flock) is on a hidden file beside it, `.NAME.lock`, so it
-    never meets the per-record lock (_locked) on the file itself, on a local disk or on NFS, where flock is a byte
-    range. Held until release() (the CLI's end) or the process's; a second hold of one file is a no-op. None, a
-    stream or a folder that cannot be written: no lock."""
+    run --resume), before it reads the file: a second such command on the same file (by any path to it) is one line
+    (UserError), not a second run of every cell beside the first. The lock (flock) is on a hidden file beside it,
+    `.NAME.lock`, so it never meets the per-record lock (_locked) on the file itself, on a local disk or on NFS, where
+    flock is a byte range. Held until release() (the CLI's end) or the process's; a second hold of one file is a
+    no-op. None, a stream, or a folder where no lock file can be made or opened: no lock."""
     if not path or fcntl is None:
         return
-    p = Path(path).absolute()
+    p = Path(path).resolve()
     if p in _HELD or (p.exists() and not p.is_file()):
         return
     lock = p.with_name(f".{p.name}.lock")
+    made = [d for d in [p.parent, *p.parent.parents] if not d.exists()]  # removed again if left empty
     while True:
         try:
             p.parent.mkdir(parents=True, exist_ok=True)  # (the folder a first record would make)
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:  # a folder that cannot be written: the first record's write says so
-            return
+        except OSError:
+            try:  # another user's lock file, or a folder this user cannot write: flock takes a reader's handle
+                fd = os.open(lock, os.O_RDONLY)
+            except OSError:
+                return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
+            _remove_empty(made)
             raise UserError(f"{path}: another floorline command is running from this file (sweep, ab, quant or run "
                             f"--resume: one at a time); wait for it to end, or give another --output") from None
         except OSError:  # a file system without locks (some network mounts): as before, unlocked
@@ -123,17 +128,24 @@ def hold(path: str | os.PathLike | None) -> None:
         except FileNotFoundError:
             pass
         os.close(fd)
-    _HELD[p] = (lock, fd)
+    _HELD[p] = (lock, fd, made)
 
 
 def release() -> None:
     """Every hold() of this process let go, its lock file removed (while still locked: a command that opened it
-    meanwhile finds it gone and takes the next one)."""
+    meanwhile finds it gone and takes the next one), and a folder hold() made that nothing was written to."""
     while _HELD:
-        _, (lock, fd) = _HELD.popitem()
+        _, (lock, fd, made) = _HELD.popitem()
         with contextlib.suppress(OSError):
             lock.unlink()
         os.close(fd)
+        _remove_empty(made)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for d in folders:  # deepest first
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 @contextlib.contextmanager

@@ -156,6 +156,14 @@ DEFAULT_GPU_CTX = 2048  # the study's shortest context
 DEFAULT_CPU_CTX = 1024  # the newcomer's first run finishes within a minute on 2 AVX2 cores (README)
 
 
+def refuse_prequant(model: str, a: Arch) -> None:
+    """A pre-quantised checkpoint is counted (floor, endpoint), never loaded: one line for the commands that would."""
+    if a.prequant:
+        raise UserError(f"{model}: config.json's quantization_config makes it a pre-quantised checkpoint, which "
+                        f"floorline does not load; give the unquantised model (with --quant to quantise it), or count "
+                        f"its floor with `floorline floor` {a.prequant.split(' (')[0]}")
+
+
 def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:
     """A zoo name, a local directory, or a Hub id (org/name, through hub.py: the local cache first).
     need: "weights" (run: config.json + *.safetensors) or "config" (floor, predict, endpoint: config.json alone)."""
@@ -180,10 +188,8 @@ def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:
         from floorline.core import hub
 
         a = arch_from_config(cfg, name=hub.name_of_dir(p) or p.resolve().name, path=str(p.resolve()))
-        if need == "weights" and a.prequant:
-            raise UserError(f"{model}: config.json's quantization_config makes it a pre-quantised checkpoint, which "
-                            f"floorline does not load; give the unquantised model (with --quant to quantise it), "
-                            f"or count its floor with `floorline floor` {a.prequant.split(' (')[0]}")
+        if need == "weights":
+            refuse_prequant(model, a)
         return a
     raise UserError(f"unknown model {model!r}; known: {', '.join(ZOO)} (or a directory with config.json + "
                     f"*.safetensors, or a Hugging Face id org/name)")

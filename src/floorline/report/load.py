@@ -72,9 +72,18 @@ def _told_apart(recs: list[dict]) -> tuple[list[dict], list[str]]:
     published points match it), and so does a record that names no folder; one folder copied to two machines is one
     model (its config's digest; a record from before the digest takes its folder's where the folder is here). Returns
     the records and the names told apart."""
+    at: dict = {}  # (name, path) -> the config digests records give there
+    for r in recs:
+        if r.get("model_path") and r.get("model_config_sha256"):
+            at.setdefault((r.get("model"), r["model_path"]), set()).add(r["model_config_sha256"])
+
     def ident(r: dict):  # None: a zoo model (or a record without the fields)
         path = r.get("model_path")
-        return (r.get("model_config_sha256") or config_digest(path) or path) if path else None
+        if not path:
+            return None
+        seen = at.get((r.get("model"), path), set())  # (an older record: the one digest seen at its path)
+        return (r.get("model_config_sha256") or config_digest(path) or (next(iter(seen)) if len(seen) == 1 else None)
+                or path)
 
     models: dict = {}  # name -> {identity: the first path it was seen at}
     for r in recs:
@@ -87,7 +96,7 @@ def _told_apart(recs: list[dict]) -> tuple[list[dict], list[str]]:
         ids, me = models[r.get("model")], ident(r)
         where = ids[me]
         same = [i for i, p in ids.items() if p == where and i is not None]  # one path, two configs (two machines)
-        return f"{r['model']} ({where}" + (f", config {str(me)[:8]}" if len(same) > 1 else "") + ")"
+        return f"{r['model']} ({where}" + (f", config {me[:8]}" if len(same) > 1 and me != where else "") + ")"
 
     return [{**r, "model": label(r)} if str(r.get("model")) in clash and ident(r) is not None else r
             for r in recs], clash

@@ -34,11 +34,13 @@ def _latest(recs: list[dict], kind: str, attn: str) -> dict:
     return out
 
 
-def _pick(cells: dict, key: tuple, dtype: str | None) -> dict | None:
-    """The record of `key` in `dtype` where there is one, else its latest in any dtype (a backend whose kernels take
-    another: ExLlamaV2's fp16 in a bf16 run; its row says the dtype)."""
+def _pick(cells: dict, key: tuple, dtype: str | None, exact: bool = False) -> dict | None:
+    """The record of `key` in `dtype`; not exact: else its latest in any dtype (a backend whose kernels take another:
+    ExLlamaV2's fp16 in a bf16 run; its row says the dtype)."""
     by_dtype = cells.get(key) or {}
-    return by_dtype.get(dtype) or (list(by_dtype.values())[-1] if by_dtype else None)
+    if exact or dtype in by_dtype:
+        return by_dtype.get(dtype)
+    return list(by_dtype.values())[-1] if by_dtype else None
 
 
 def share_realised(t_ref: float, t_q: float, bytes_ref: int, bytes_q: int) -> float | None:
@@ -48,17 +50,18 @@ def share_realised(t_ref: float, t_q: float, bytes_ref: int, bytes_q: int) -> fl
 
 
 def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: list[str],
-         attn: str = "sdpa", dtype: str | None = None) -> list[dict]:
-    """One row per backend x mode: its time, its floor, speed-up over bf16, ideal speed-up, share realised. The bf16
-    reference is the unquantised record in `dtype` (None: the latest, in any), and each backend's its record in the
-    reference's dtype where it ran in it."""
+         attn: str = "sdpa", dtypes: dict[str, str] | None = None) -> list[dict]:
+    """One row per backend x mode: its time, its floor, speed-up over bf16, ideal speed-up, share realised. `dtypes`
+    (quant: the dtype each backend ran in this time, "bf16" the reference's) picks each record exactly; without it
+    (report) the reference is the latest unquantised record and each backend's in its dtype where it ran in it."""
     cells = _latest(recs, "cell", attn)
     out = []
     for mode in modes:
-        ref = _pick(cells, (model, ctx, mode, "bf16"), dtype)
+        ref = _pick(cells, (model, ctx, mode, "bf16"), (dtypes or {}).get("bf16"), exact=dtypes is not None)
         ref_ok = ref is not None and ref.get("valid")
         for b in backends:
-            r = _pick(cells, (model, ctx, mode, b), ref.get("dtype") if ref else dtype)
+            r = (_pick(cells, (model, ctx, mode, b), dtypes.get(b), exact=True) if dtypes is not None
+                 else _pick(cells, (model, ctx, mode, b), ref.get("dtype") if ref else None))
             row = {"backend": b, "mode": mode, "status": "not run", "dtype": None, "ms": None, "floor_ms": None,
                    "fraction": None, "floor_bytes": None, "speedup": None, "ideal_speedup": None, "share": None}
             if r is None:
@@ -81,13 +84,15 @@ def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: lis
     return out
 
 
-def kernel_rows(recs: list[dict], model: str, backends: list[str], dtype: str | None = None) -> list[dict]:
-    """One row per backend: the decoder-matrix chain's time against its bytes, and against the bf16 chain."""
+def kernel_rows(recs: list[dict], model: str, backends: list[str], dtypes: dict[str, str] | None = None) -> list[dict]:
+    """One row per backend: the decoder-matrix chain's time against its bytes, and against the bf16 chain (records
+    picked as rows() picks them)."""
     chains = _latest(recs, "kernels", "sdpa")  # the chain has no attention
-    ref = _pick(chains, (model, None, "kernels", "bf16"), dtype)
+    ref = _pick(chains, (model, None, "kernels", "bf16"), (dtypes or {}).get("bf16"), exact=dtypes is not None)
     out = []
     for b in backends:
-        r = _pick(chains, (model, None, "kernels", b), ref.get("dtype") if ref else dtype)
+        r = (_pick(chains, (model, None, "kernels", b), dtypes.get(b), exact=True) if dtypes is not None
+             else _pick(chains, (model, None, "kernels", b), ref.get("dtype") if ref else None))
         row = {"backend": b, "status": "not run", "ms": None, "bytes": None, "gbps": None, "fraction": None,
                "speedup": None, "ideal_speedup": None, "share": None}
         if r is not None:

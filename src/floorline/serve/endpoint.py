@@ -668,10 +668,6 @@ def measure_endpoint(cfg: EndpointConfig, log: Callable[[str], None] = lambda s:
                     continue
                 if isinstance(prompt.payload, list):
                     srv.token_prompts = True
-                if not [e for e in s.events if e.text or e.usage_tokens]:
-                    ct = s.content_type or "none"
-                    raise UserError(f"{clean_url(cfg.url)}: the completion came back with no streamed tokens "
-                                    f"(content-type {ct}); floorline endpoint needs a server that streams (SSE)")
                 measured = True
                 yield session_record({**base, "endpoint_dropped_fields": list(srv.dropped),
                                       "endpoint_prompt_seed": seed}, a, ctx, cfg, prompt, s, session)
@@ -684,13 +680,17 @@ def _session_stream(srv: Server, served: str, prompt: Prompt, cfg: EndpointConfi
     """(the prompt sent, its streamed completion); a server that tokenizes but takes no token-id prompt gets a text
     of ctx tokens instead (found on the first session, kept in srv.token_prompts)."""
     try:
-        return prompt, stream_once(srv, served, prompt, cfg, cfg.seed + session)
+        s = stream_once(srv, served, prompt, cfg, cfg.seed + session)
     except UserError:
         if not isinstance(prompt.payload, list) or srv.token_prompts is not None:
             raise
         srv.token_prompts = False
         prompt = make_prompt(srv, served, ctx, rng, a.vocab)
-        return prompt, stream_once(srv, served, prompt, cfg, cfg.seed + session)
+        s = stream_once(srv, served, prompt, cfg, cfg.seed + session)
+    if not [e for e in s.events if e.text or e.usage_tokens]:
+        raise BrokenStream(f"{clean_url(cfg.url)}: the completion came back with no streamed tokens (content-type "
+                           f"{s.content_type or 'none'}); floorline endpoint needs a server that streams (SSE)", s)
+    return prompt, s
 
 
 # ----------------------------------------------------------------------------------------------------------- display

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import statistics
 import uuid
 from dataclasses import asdict, dataclass, replace
@@ -30,7 +31,6 @@ from floorline.bench.config import RunConfig, expand_modes, validate
 from floorline.bench.device import resolve_device
 from floorline.bench.models import ATTN_IMPLEMENTATIONS, TORCH_DTYPES
 from floorline.core import floor, gguf, records, stats, zoo
-from floorline.core.arch import config_digest
 from floorline.core.errors import UserError
 from floorline.core.modes import MODES
 from floorline.native.options import NativeOptions
@@ -85,6 +85,13 @@ class Arm:
 RUN_KEYS = ("mode", "dtype", "attn", "quant", "tp", "allreduce")
 NATIVE_KEYS = NativeOptions.keys()  # mode native's options: mode=native,mlp=gemv
 ENDPOINT_KEYS = ("endpoint", "served", "dtype", "bpw", "weight_bits", "group_size", "gpu", "device")
+
+
+def arm_terms(message: str) -> str:
+    """An endpoint's message about its weights in an arm's keys: --weight-bits 4 -> weight_bits=4."""
+    for flag, key in (("--weight-bits", "weight_bits"), ("--group-size", "group_size"), ("--bpw", "bpw")):
+        message = re.sub(flag + r"(?: (?=[0-9A-Z]|row\b))?", key + "=", message)  # a value after it joins the key
+    return message
 
 
 def parse_arm(spec: str, dtype: str = "bf16", attn: str = "sdpa", quant_: str = "none",
@@ -170,7 +177,7 @@ def _endpoint_arm(spec: str, given: dict[str, str], served: str | None) -> Arm:
                             floor.group_option(ints.get("group_size"), ints.get("weight_bits"), dtype,
                                                ("group_size=", "weight_bits=4")))
     except UserError as e:
-        raise UserError(f"arm {spec!r}: {str(e).replace('--weight-bits ', 'weight_bits=')}") from None
+        raise UserError(f"arm {spec!r}: {arm_terms(str(e))}") from None
     return Arm("endpoint", dtype, "sdpa", "none", endpoint=endpoint.clean_url(given["endpoint"]),
                served=given.get("served") or served, bpw=given.get("bpw"), gpu=given.get("gpu"),
                device=given.get("device"), **ints)
@@ -185,15 +192,17 @@ class ABConfig:
     resamples: int = 10_000
     timeout_s: float | None = 1800
 
-    def key(self) -> str:
+    def key(self, legacy: bool = False) -> str:
         """Identifies the experiment in an output file: the same key resumes, another starts afresh. A local folder
-        counts by its config (one name typed in two folders is two models); a zoo model's key is as it always was."""
+        is its name and config digest, however its path is typed (one name typed in two folders is two models); a
+        zoo model's key is as it always was. legacy: the key before folders were, the model as typed (its sessions
+        are this experiment's too: run_ab)."""
         d = {"base": asdict(self.base), "a": self.a.fields(), "b": self.b.fields()}
         for k in ("modes", "dtype", "attn", "quant", "tp", "allreduce", "native"):
             d["base"].pop(k)
-        digest = config_digest(str(Path(self.base.model).resolve())) if Path(self.base.model).is_dir() else None
-        if digest:
-            d["base"]["model_config_sha256"] = digest
+        if not legacy and self.base.model not in zoo.ZOO and Path(self.base.model).is_dir():
+            ident = zoo.resolve(self.base.model, need="config").identity()
+            d["base"].update(model=ident["model"], model_config_sha256=ident["model_config_sha256"])
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -287,6 +296,10 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         arm_cfg = arm_config(cfg, arm)
         if arm.endpoint:  # the inputs, then the server: reachable, the model served (its name fills served=)
             log(f"probing {arm.endpoint}")
+            try:
+                endpoint.check_inputs(arm_cfg)  # (a pre-quantised --model asks for the arm's weight_bits=)
+            except UserError as e:
+                raise UserError(f"arm {arm.label}: {arm_terms(str(e))}") from None
             arm = replace(arm, served=endpoint.served_name(arm_cfg))
         else:
             a = zoo.resolve(arm_cfg.model)
@@ -299,7 +312,7 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         raise UserError(f"--a and --b are the same server and model ({cfg.a.label}); give two different arms")
     key = cfg.key()
     have = resume.load(output, log)
-    held = completed_sessions(have, key)
+    held = {**completed_sessions(have, cfg.key(legacy=True)), **completed_sessions(have, key)}
     # the sessions asked for: a file holding more of this A/B (an earlier --sessions 3) gives the same summary as one
     # holding just these; the rest stay in the file
     done = {s: d for s, d in held.items() if s < cfg.sessions}

@@ -125,7 +125,9 @@ def run(cfg: QuantConfig, log: Callable[[str], None] = lambda s: None) -> tuple[
 
     resume.run(cfg.output, todo, cfg.timeout_s, started=started)
     kind = device_kind(jobs[0].run.device)
-    return jobs, [r for r in resume.load(cfg.output, log) if device_kind(r.get("device")) == kind]
+    model = cell_key(jobs[0].arch.identity())[:2]  # (a folder of the same name holds another model)
+    return jobs, [r for r in resume.load(cfg.output, log) if device_kind(r.get("device")) == kind
+                  and cell_key(r)[:2] == model]
 
 
 def published_rows() -> list[dict]:
