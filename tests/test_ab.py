@@ -245,3 +245,29 @@ def test_the_summary_line_says_when_its_interval_under_covers():
     head = display.ab_headline({"arm_a": "eager", "arm_b": "static", "ratio_mean": 0.913, "n_sessions": 1,
                                 "ratio_mean_ci95": [None, None]})
     assert head == "static vs eager: 0.913x [no interval: N < 2], N=1"  # printed without rich markup (it ate [...])
+
+
+def test_an_older_files_sessions_count_for_its_own_folder_only(tmp_path, monkeypatch, capsys):
+    """Sessions written under the key of the path as typed (before a folder's key was its config) still resume the
+    same A/B; they do not stand for another folder typed the same way."""
+    from floorline.bench.config import RunConfig
+    from floorline.core import zoo
+    from floorline.serve import servedir
+
+    for sub, name in (("a", "tiny-llama"), ("b", "tiny-qwen2")):
+        servedir.write_model_dir(zoo.ZOO[name], tmp_path / sub / "llama")
+    out = tmp_path / "ab.jsonl"
+    args = ["ab", "--model", "llama", "--ctx", "16", "--a", "eager", "--b", "static", "--sessions", "1", "--steps",
+            "2", "--warmup", "1", "--device", "cpu", "--resamples", "100", "--output", str(out)]
+    monkeypatch.chdir(tmp_path / "a")
+    assert cli.main(args) == 0
+    base = ab.ABConfig(RunConfig("llama", [16], []), ab.parse_arm("eager"), ab.parse_arm("static"))
+    key, legacy = base.key(), base.key(legacy=True)
+    out.write_text("".join(json.dumps({**r, "ab_key": legacy} if r.get("ab_key") == key else r) + "\n"
+                           for r in _lines(out)))  # as an older floorline wrote it
+    assert cli.main(args) == 0  # resumed from the older sessions: none runs
+    assert sum(r["kind"] == "cell" for r in _lines(out)) == 2
+    monkeypatch.chdir(tmp_path / "b")  # another model typed the same way: its own session
+    assert cli.main(args) == 0
+    cells = [r for r in _lines(out) if r["kind"] == "cell"]
+    assert len(cells) == 4 and {c["model_config_sha256"] for c in cells[2:]} != {cells[0]["model_config_sha256"]}

@@ -89,7 +89,8 @@ def test_a_config_without_model_type_says_so():
     ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "--weight-bits 4 --group-size 32"),
     ({"quant_method": "gptq", "bits": 8, "group_size": -1}, "--weight-bits 8 --group-size row"),
     ({"quant_method": "awq", "w_bit": 4, "q_group_size": 128}, "--weight-bits 4 --group-size 128"),
-    ({"quant_method": "fp8"}, "--weight-bits 4|8 --group-size G (its quantization_config, 'fp8', names none)"),
+    ({"quant_method": "fp8"}, "--weight-bits 4|8 --group-size G"),
+    ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "--bpw 3"),  # endpoint's --bpw counts it; floor not
 ])
 def test_a_pre_quantised_dense_checkpoint_is_counted_only_with_its_format(q, flags):
     """A bf16 floor for a GPTQ checkpoint would be 4x its bytes: floor and endpoint ask for the format its config
@@ -113,6 +114,10 @@ def test_a_pre_quantised_folder(tmp_path):
                             "--format", "json"])
     a = zoo.resolve(str(d), need="config")
     assert rc == 0 and json.loads(out)["floor_bytes"] == floor.floor(a, 64, floor.weight_format("bf16", 4, 32)).bytes
+    cfg["quantization_config"]["bits"] = 3  # a width floor does not count: said so, and who does
+    (d / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = run_cli(["floor", "--model", str(d), "--ctx", "64"])
+    assert rc == 2 and "its 3-bit weights are counted by `floorline endpoint ... --bpw 3`" in err, err
 
 
 def test_a_config_that_leaves_head_dim_to_the_class_default_is_refused():

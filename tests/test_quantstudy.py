@@ -62,9 +62,14 @@ def test_the_bf16_reference_is_in_the_runs_dtype():
                                                    ["eager"], list(fp32), dtypes=fp32)}
     assert (by["bf16"]["ms"], by["bf16"]["dtype"]) == (1.0, "fp32") and (by["nf4"]["ms"], by["nf4"]["dtype"]) == (
         4.0, "bf16")
-    # the report (no dtypes): the latest reference, each backend in its dtype where it ran in it
-    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16", "nf4"])}
-    assert by["bf16"]["dtype"] == "fp32" and by["nf4"]["dtype"] == "bf16"
+    # the report (no dtypes): a table per reference dtype, each backend in that dtype where it ran in it; the
+    # latest record of a cell and dtype wins (a rerun)
+    recs.append(_cell("none", "eager", 1.8, 12e9))
+    assert quantrows.ref_dtypes(recs) == ["fp32", "bf16"]  # (the order their latest records came)
+    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16", "nf4"], ref_dtype="bf16")}
+    assert (by["bf16"]["ms"], by["nf4"]["ideal_speedup"]) == (1.8, pytest.approx(3.0))
+    by = {r["backend"]: r for r in quantrows.rows(recs, "m", 2048, ["eager"], ["bf16", "nf4"], ref_dtype="fp32")}
+    assert by["bf16"]["dtype"] == "fp32" and by["nf4"]["dtype"] == "bf16"  # nf4's kernels took bf16
 
 
 def test_the_bf16_reference_is_a_one_gpu_run_of_floorlines_modes():
@@ -177,3 +182,22 @@ def test_published_rows_from_record_bytes_or_none():
 def test_backends_in_puts_bf16_first():
     recs = [{"quant": "nf4"}, {"quant": None}, {"quant": "int4"}, {"quant": "nf4"}]
     assert quantrows.backends_in(recs) == ["bf16", "nf4", "int4"]
+
+
+def test_the_tables_take_this_models_records_only(tmp_path, monkeypatch):
+    """A results file shared with other runs may hold a folder of the same name that is another model: quant's
+    tables are of the model it was asked for (by its config), never a mix."""
+    from floorline.core import zoo
+    from floorline.serve import servedir
+    from floorline.study import resume
+
+    here = servedir.write_model_dir(zoo.ZOO["tiny-llama"], tmp_path / "a" / "llama")
+    other = servedir.write_model_dir(zoo.ZOO["tiny-qwen2"], tmp_path / "b" / "llama")
+    ids = [zoo.resolve(str(d)).identity() for d in (here, other)]
+    out = tmp_path / "r.jsonl"
+    records.append(out, [{**_cell("none", "eager", ms, 1e6, dtype="fp32"), **i, "device": "cpu",
+                          "schema_version": records.SCHEMA_VERSION} for ms, i in ((2.0, ids[0]), (9.0, ids[1]))])
+    monkeypatch.setattr(resume, "run", lambda *a, **k: None)  # nothing measured here: the file is what it holds
+    base = config.RunConfig(str(here), [2048], ["eager"], dtype="fp32", device="cpu")
+    jobs, recs = quantstudy.run(quantstudy.QuantConfig(base, ["bf16"], str(out)))
+    assert [r["step_ms_median"] for r in recs] == [2.0]

@@ -298,10 +298,13 @@ def test_two_folders_of_one_name_are_two_rows(tmp_path):
         zoo_rec, local, {**local, "run_id": "z3", "model_config_sha256": "4" * 16}]))])
     m = r["model"]
     assert [g["model"] for g in got] == [m, f"{m} (/m/x, config 33333333)", f"{m} (/m/x, config 44444444)"]
-    # a record from before the digest, its folder not here: the one digest seen at its path, so one model
+    # a record from before the digest, its folder not here: the one digest seen at its path, so one model; a Hub
+    # model's older records from two caches, or an older explain record (no folder named), name no second model
     older = {k: v for k, v in one.items() if k != "model_config_sha256"} | {"run_id": "w2"}
-    got, notes = load_results([str(_write(tmp_path / "p.jsonl", [one, older]))])
-    assert [g["model"] for g in got] == ["llama", "llama"] and not any("several" in n for n in notes)
+    hub2 = older | {"run_id": "w3", "model_path": "/root/.cache/llama"}
+    explain = {"schema_version": 2, "kind": "explain", "model": "llama", "ctx": 64, "mode": "eager"}
+    got, notes = load_results([str(_write(tmp_path / "p.jsonl", [one, older, hub2, explain]))])
+    assert [g["model"] for g in got] == ["llama"] * 4 and not any("several" in n for n in notes)
 
 
 def test_a_cell_lacking_a_required_key_is_read_with_a_note(tmp_path):

@@ -105,8 +105,9 @@ def cmd_floor(args) -> int:
         raise UserError(f"--experts sets how a mixture-of-experts model stores its routed experts; {a.name} is dense: "
                         f"drop --experts (--weight-bits sets its matrices)")
     if a.prequant and args.weight_bits is None:  # (a bf16 floor of a GPTQ checkpoint: 4x its bytes)
-        raise UserError(f"{a.name} is a pre-quantised checkpoint (config.json's quantization_config): add "
-                        f"{a.prequant} to count its floor")
+        raise UserError(f"{a.name} is a pre-quantised checkpoint (config.json's quantization_config): " + (
+            f"its {a.prequant[6:]}-bit weights are counted by `floorline endpoint ... {a.prequant}`, not by floor's "
+            f"4 and 8 bits with groups" if a.prequant.startswith("--bpw") else f"add {a.prequant} to count its floor"))
     fmt = floor.weight_format(args.dtype, args.weight_bits,
                               floor.group_option(args.group_size, args.weight_bits, args.dtype))
     experts = floor.experts_read(a, fmt, args.experts)
@@ -529,8 +530,7 @@ def cmd_quant(args) -> int:
         jobs, recs = quantstudy.run(cfg, log=lambda m: (status.update(m), err.print(m)))
     names, modes, model, ctx = [j.backend for j in jobs], jobs[0].modes, jobs[0].arch.name, base.ctxs[0]
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
-    # each backend's record in the dtype it ran in this time; the bf16 reference in the run's
-    dtypes = {"bf16": quantstudy.backend_dtype("bf16", base.dtype), **{j.backend: j.run.dtype for j in jobs}}
+    dtypes = {j.backend: j.run.dtype for j in jobs}  # each backend's record in the dtype it ran in this time
     cell_rows = quantrows.rows(recs, model, ctx, modes, names, base.attn, dtypes)
     chain_rows = quantrows.kernel_rows(recs, model, names, dtypes) if args.kernels else []
     out.print(display.table(display.QUANT_HEADER, display.quant_rows(cell_rows),

@@ -251,11 +251,14 @@ def _moe(cfg: dict, fam: Family, layers: int) -> dict:
 
 def _prequant(q: dict) -> str:
     """The floor's options for a pre-quantised dense checkpoint: its bits and group size (GPTQ's and transformers'
-    AWQ names, AutoAWQ's w_bit / q_group_size; a group of -1 is one a row), or a bare --weight-bits where the
-    config names no bits floorline counts (fp8, bitsandbytes: say what it holds)."""
+    AWQ names, AutoAWQ's w_bit / q_group_size; a group of -1 is one a row); "--bpw N" for N bits floor does not
+    count with groups (a 3-bit GPTQ: endpoint's --bpw takes it); "--weight-bits 4|8 --group-size G" where the config
+    names no bits (fp8, bitsandbytes)."""
     bits, group = q.get("bits") or q.get("w_bit"), q.get("group_size") or q.get("q_group_size")
+    if isinstance(bits, int) and bits not in (4, 8):
+        return f"--bpw {bits}"
     if bits not in (4, 8):
-        return f"--weight-bits 4|8 --group-size G (its quantization_config, {q.get('quant_method')!r}, names none)"
+        return "--weight-bits 4|8 --group-size G"
     return f"--weight-bits {bits}" + (f" --group-size {group if group > 0 else 'row'}" if isinstance(group, int) else "")
 
 

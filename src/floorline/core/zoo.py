@@ -19,11 +19,9 @@ def _llama3(factor: float, original_max: int = 8192) -> dict:
             "original_max_position_embeddings": original_max}
 
 
-# The study's models and the small ones edge users run, from the config.json of Qwen/Qwen2.5-7B, -0.5B, -1.5B,
-# meta-llama/Llama-3.1-8B, Llama-3.2-1B, Llama-3.2-3B and mistralai/Mistral-7B-v0.3 (the project's facts,
-# shared/facts/models.md); `params` the count that table gives, which an instantiated transformers model of each
-# config reproduces (tests/test_floor.py). The tiny models' counts are what transformers builds from their fields:
-# pins, not published figures.
+# The study's models and the small ones edge users run: Qwen/Qwen2.5-7B, -0.5B, -1.5B, meta-llama/Llama-3.1-8B,
+# Llama-3.2-1B, -3B and mistralai/Mistral-7B-v0.3 (sources: the module's docstring). The tiny models' counts are what
+# transformers builds from their fields: pins, not published figures.
 ZOO: dict[str, Arch] = {a.name: a for a in [
     Arch("qwen2.5-7b", "qwen2", 3584, 18944, 28, 28, 4, 128, 152064, False, True, 32768, 1e6, 1e-6,
          params=7_615_616_512),
@@ -159,9 +157,10 @@ DEFAULT_CPU_CTX = 1024  # the newcomer's first run finishes within a minute on 2
 def refuse_prequant(model: str, a: Arch) -> None:
     """A pre-quantised checkpoint is counted (floor, endpoint), never loaded: one line for the commands that would."""
     if a.prequant:
+        counts = "endpoint" if a.prequant.startswith("--bpw") else "floor"
         raise UserError(f"{model}: config.json's quantization_config makes it a pre-quantised checkpoint, which "
                         f"floorline does not load; give the unquantised model (with --quant to quantise it), or count "
-                        f"its floor with `floorline floor` {a.prequant.split(' (')[0]}")
+                        f"its floor with `floorline {counts} ... {a.prequant}`")
 
 
 def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from floorline.core import records
+from floorline.core import records, zoo
 from floorline.core.arch import config_digest
 from floorline.core.errors import UserError
 
@@ -67,38 +67,38 @@ def _same(a: dict, b: dict) -> bool:
 
 
 def _told_apart(recs: list[dict]) -> tuple[list[dict], list[str]]:
-    """Local models (records with a model_path) whose name stands for more than one model, renamed "name (path)": two
-    folders of one name with different config.json, or a folder named as a zoo model. A zoo model keeps its name (the
-    published points match it), and so does a record that names no folder; one folder copied to two machines is one
-    model (its config's digest; a record from before the digest takes its folder's where the folder is here). Returns
-    the records and the names told apart."""
-    at: dict = {}  # (name, path) -> the config digests records give there
-    for r in recs:
-        if r.get("model_path") and r.get("model_config_sha256"):
-            at.setdefault((r.get("model"), r["model_path"]), set()).add(r["model_config_sha256"])
+    """Local models whose name stands for more than one model, renamed "name (path)": two folders of one name with
+    different config.json, or a folder named as a zoo model. Only configs known to differ tell models apart: a
+    record's digest (or its folder's, where the folder is here), and a zoo model's records. A zoo model keeps its
+    name (the published points match it); a record that gives no digest (written before them) joins the one digest
+    seen at its path, and otherwise names no second model. Returns the records and the names told apart."""
+    def digest(r: dict) -> str | None:
+        return r.get("model_config_sha256") or config_digest(r.get("model_path"))
 
-    def ident(r: dict):  # None: a zoo model (or a record without the fields)
-        path = r.get("model_path")
-        if not path:
-            return None
-        seen = at.get((r.get("model"), path), set())  # (an older record: the one digest seen at its path)
-        return (r.get("model_config_sha256") or config_digest(path) or (next(iter(seen)) if len(seen) == 1 else None)
-                or path)
-
-    models: dict = {}  # name -> {identity: the first path it was seen at}
+    known: dict = {}  # name -> {identity: the first path seen}; identity: a config digest, or "zoo"
+    at: dict = {}  # (name, path) -> the digests seen there
     for r in recs:
-        models.setdefault(r.get("model"), {}).setdefault(ident(r), r.get("model_path"))
-    clash = [str(m) for m, ids in models.items() if len(ids) > 1]
+        name, path, d = r.get("model"), r.get("model_path"), digest(r)
+        if d:
+            known.setdefault(name, {}).setdefault(d, path)
+            at.setdefault((name, path), set()).add(d)
+        elif not path and name in zoo.ZOO:
+            known.setdefault(name, {}).setdefault("zoo", None)
+    clash = [str(m) for m, ids in known.items() if len(ids) > 1]
     if not clash:
         return recs, []
 
     def label(r: dict) -> str:
-        ids, me = models[r.get("model")], ident(r)
-        where = ids[me]
-        same = [i for i, p in ids.items() if p == where and i is not None]  # one path, two configs (two machines)
-        return f"{r['model']} ({where}" + (f", config {me[:8]}" if len(same) > 1 and me != where else "") + ")"
+        name, path = r["model"], r.get("model_path")
+        seen = at.get((name, path), set())
+        me = digest(r) or (next(iter(seen)) if len(seen) == 1 else None)
+        if me is None:  # no config to go by: its folder, where it names one
+            return f"{name} ({path})" if path else name
+        where = known[name][me]
+        same = [i for i, p in known[name].items() if p == where]  # one path, two configs (two machines)
+        return f"{name} ({where}" + (f", config {me[:8]}" if len(same) > 1 else "") + ")"
 
-    return [{**r, "model": label(r)} if str(r.get("model")) in clash and ident(r) is not None else r
+    return [{**r, "model": label(r)} if str(r.get("model")) in clash and r.get("model_path") else r
             for r in recs], clash
 
 

@@ -177,8 +177,8 @@ def _endpoint_floor(arch: Arch, ctx: int, fmt: tuple, dtype: str, convention: st
     quant, bits, group = fmt
     if quant == "none":
         return gguf.format_floor(arch, ctx, dtype, convention)
-    if group:
-        return gguf.format_floor(arch, ctx, dtype, convention, int(bits), int(group))
+    if str(quant).startswith("int"):  # "int4-g128", or "int4-row": one group a row (weight_group_size None)
+        return gguf.format_floor(arch, ctx, dtype, convention, int(bits), int(group) if group else None)
     return gguf.format_floor(arch, ctx, dtype, convention, bpw=float(bits))
 
 

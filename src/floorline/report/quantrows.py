@@ -34,6 +34,12 @@ def _latest(recs: list[dict], kind: str, attn: str) -> dict:
     return out
 
 
+def ref_dtypes(recs: list[dict], attn: str = "sdpa") -> list:
+    """The dtypes of the unquantised records (the references) among `recs`, in the order their latest came."""
+    return list(dict.fromkeys(r.get("dtype") for by in _latest(recs, "cell", attn).values() for r in by.values()
+                              if label(r.get("quant")) == "bf16"))
+
+
 def _pick(cells: dict, key: tuple, dtype: str | None, exact: bool = False) -> dict | None:
     """The record of `key` in `dtype`; not exact: else its latest in any dtype (a backend whose kernels take another:
     ExLlamaV2's fp16 in a bf16 run; its row says the dtype)."""
@@ -50,14 +56,16 @@ def share_realised(t_ref: float, t_q: float, bytes_ref: int, bytes_q: int) -> fl
 
 
 def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: list[str],
-         attn: str = "sdpa", dtypes: dict[str, str] | None = None) -> list[dict]:
+         attn: str = "sdpa", dtypes: dict[str, str] | None = None, ref_dtype: str | None = None) -> list[dict]:
     """One row per backend x mode: its time, its floor, speed-up over bf16, ideal speed-up, share realised. `dtypes`
     (quant: the dtype each backend ran in this time, "bf16" the reference's) picks each record exactly; without it
-    (report) the reference is the latest unquantised record and each backend's in its dtype where it ran in it."""
+    (report, a table per reference dtype: ref_dtypes) the reference is the unquantised record in `ref_dtype`, and
+    each backend's in that dtype where it ran in it, else in the one its kernels took."""
     cells = _latest(recs, "cell", attn)
     out = []
     for mode in modes:
-        ref = _pick(cells, (model, ctx, mode, "bf16"), (dtypes or {}).get("bf16"), exact=dtypes is not None)
+        ref = _pick(cells, (model, ctx, mode, "bf16"), (dtypes or {}).get("bf16", ref_dtype),
+                    exact=dtypes is not None)
         ref_ok = ref is not None and ref.get("valid")
         for b in backends:
             r = (_pick(cells, (model, ctx, mode, b), dtypes.get(b), exact=True) if dtypes is not None

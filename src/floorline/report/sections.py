@@ -186,8 +186,11 @@ def quant_section(doc: Document, recs: list[dict]) -> None:
             continue
         # the modes some quantised backend ran in (not every mode a bf16 run happened to measure)
         modes = sorted({r.get("mode") for r in rs if quantrows.label(r.get("quant")) != "bf16"}, key=C.mode_rank)
-        doc.add(Heading(2, f"{dev}, {_where(m, ctx)}"),
-                Table(display.QUANT_HEADER, display.quant_rows(quantrows.rows(rs, m, ctx, modes, names))))
+        refs = quantrows.ref_dtypes(rs) or [None]  # a table per reference dtype: a bf16 study and an fp32 one apart
+        for d in refs:
+            doc.add(Heading(2, f"{dev}, {_where(m, ctx)}" + (f", against {d}" if len(refs) > 1 else "")),
+                    Table(display.QUANT_HEADER,
+                          display.quant_rows(quantrows.rows(rs, m, ctx, modes, names, ref_dtype=d))))
         chains = [r for r in C.of_kind(recs, "kernels") if C.device(r) == dev and r.get("model") == m]
         if chains:
             doc.add(Table(display.KERNEL_HEADER, display.kernel_rows(quantrows.kernel_rows(chains, m, names)),

@@ -312,7 +312,11 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
         raise UserError(f"--a and --b are the same server and model ({cfg.a.label}); give two different arms")
     key = cfg.key()
     have = resume.load(output, log)
-    held = {**completed_sessions(have, cfg.key(legacy=True)), **completed_sessions(have, key)}
+    # an older file's sessions (keyed by the path as typed) count where they measured this model
+    model = resume.cell_key(zoo.resolve(cfg.base.model, need="config").identity())[:2]
+    older = {s: d for s, d in completed_sessions(have, cfg.key(legacy=True)).items()
+             if resume.cell_key(d["A"])[:2] == model}
+    held = {**older, **completed_sessions(have, key)}
     # the sessions asked for: a file holding more of this A/B (an earlier --sessions 3) gives the same summary as one
     # holding just these; the rest stay in the file
     done = {s: d for s, d in held.items() if s < cfg.sessions}
