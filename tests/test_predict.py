@@ -356,3 +356,20 @@ def test_endpoint_records_of_two_formats_fit_per_byte_but_predict_asks_for_one()
     with pytest.raises(UserError, match="no endpoint records"):
         predict.predict(predict.calibrate(synthetic_records()), zoo.ZOO["qwen2.5-7b"], 2048, specs.lookup("h200"),
                         "endpoint")
+
+
+def test_an_endpoint_records_weight_format_is_counted_as_endpoint_counted_it():
+    """int4 with groups, int4 one group a row (--group-size row: weight_group_size None, once counted as a bare 4
+    bits a weight, lm_head and all), a ggml width, dense."""
+    from floorline.core import gguf
+    from floorline.serve import endpoint
+
+    a = zoo.ZOO["llama-3.2-1b"]
+    for kw, quant in (({"weight_bits": 4}, "int4-g128"), ({"weight_bits": 4, "group_size": "row"}, "int4-row"),
+                      ({"bpw": "Q4_K"}, "q4_k"), ({}, "none")):
+        cfg = endpoint.EndpointConfig(url="http://h:1/v1", model="llama-3.2-1b", ctxs=[128], **kw)
+        strict, _, rec = endpoint.weight_floors(a, 128, cfg)
+        assert rec["quant"] == quant
+        got = predict._endpoint_floor(a, 128, predict._endpoint_format(rec), "bf16", "strict")
+        assert got.bytes == strict.bytes, quant
+    assert gguf.format_floor(a, 128, "bf16", "strict", 4, None).bytes == 1_017_749_504  # the walk's figure
