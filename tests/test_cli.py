@@ -28,9 +28,13 @@ RUN = ["run", "--model", "tiny-llama", "--ctx", str(CTX), "--device", "cpu", "--
 
 @pytest.fixture(scope="module")
 def run_all(tmp_path_factory):
-    """`run --mode all` on the CPU, JSON on stdout and records appended to a file; done once for this module."""
+    """`run --mode all` on the CPU, JSON on stdout and records appended to a file; done once for this module. A module
+    fixture is made before conftest's per-test bf16 pin, so it pins `--dtype auto` to bf16 itself (on a CPU without
+    native bf16 the run is fp32)."""
     out = tmp_path_factory.mktemp("run") / "tmp.jsonl"
-    rc, stdout, stderr = run_cli([*RUN, "--mode", "all", "--output", str(out), "--format", "json"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(models, "cpu_has_native_bf16", lambda: True)
+        rc, stdout, stderr = run_cli([*RUN, "--mode", "all", "--output", str(out), "--format", "json"])
     assert rc == 0, stderr
     return out, json.loads(stdout), stderr
 
