@@ -61,7 +61,8 @@ def first_minute() -> str:
     kv = dict(ln.split("=", 1) for ln in (CPU / "first_minute.txt").read_text().splitlines() if "=" in ln)
     return _para(f"Measured on {kv['cpu']} ({kv['cores']} cores, shared with other work: load average "
                  f"{kv['load_before']} before it started): `floorline run` took {float(kv['run_s']):.0f} s "
-                 f"({float(kv['run_cpu_s']):.0f} s of CPU time) as is, in {kv['dtype']} (this CPU has native bf16), "
+                 f"({float(kv['run_cpu_s']):.0f} s of CPU time) as is, in {kv['dtype']} (this CPU "
+                 f"{'has' if kv['dtype'] == 'bf16' else 'lacks'} native bf16), "
                  f"and {float(kv['run_avx2_s']):.0f} s ({float(kv['run_avx2_cpu_s']):.0f} s of CPU time) with torch "
                  f"held to AVX2, in {kv['dtype_avx2']} (what a CPU without AVX-512 BF16 gets); "
                  f"`scripts/first_minute.sh`, `results/cpu/first_minute.txt`.")

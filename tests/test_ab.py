@@ -271,3 +271,20 @@ def test_an_older_files_sessions_count_for_its_own_folder_only(tmp_path, monkeyp
     assert cli.main(args) == 0
     cells = [r for r in _lines(out) if r["kind"] == "cell"]
     assert len(cells) == 4 and {c["model_config_sha256"] for c in cells[2:]} != {cells[0]["model_config_sha256"]}
+
+
+def test_ab_of_a_family_without_sdpa(tmp_path, capsys):
+    """gpt-oss runs eager attention whatever attn= says: its arms are looked up by what their records say (one
+    session pairs both arms), and two arms that differ only by attn= are one configuration."""
+    out = tmp_path / "ab.jsonl"
+    args = ["ab", "--model", "tiny-gpt-oss", "--ctx", "16", "--a", "eager", "--b", "static", "--sessions", "1",
+            "--steps", "2", "--warmup", "1", "--device", "cpu", "--resamples", "100", "--output", str(out)]
+    assert cli.main(args) == 0, capsys.readouterr().err
+    recs = _lines(out)
+    assert [r["kind"] for r in recs] == ["cell", "cell", "ab_summary"] and all(r["valid"] for r in recs[:2])
+    assert {r["ab_arm"] for r in recs[:2]} == {"A", "B"}
+    capsys.readouterr()
+    rc = cli.main(["ab", "--model", "tiny-gpt-oss", "--ctx", "16", "--a", "eager", "--b", "mode=eager,attn=eager",
+                   "--device", "cpu", "--output", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "same configuration" in err[0], err

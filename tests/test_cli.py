@@ -253,6 +253,8 @@ def test_local_directory_with_bad_weights_is_a_user_error(tiny_qwen2_dir, tmp_pa
     rc, _, stderr = _run_local(d)
     assert rc == 2
     assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
+    # the fix named is the damage's: the file, or config.json's sizes
+    assert ("a safetensors file is damaged" in stderr) == (damage == "corrupt"), stderr
 
 
 # ------------------------------------------------------------------------------------------------ other verbs
@@ -336,8 +338,12 @@ BAD_INPUT = {
     "ctx past max position": ([*RUN[:3], "--ctx", "8192", *RUN[5:]], ["max position 8192"]),
     "ctx one past what fits": ([*RUN[:3], "--ctx", str(8192 - STEPS - WARMUP - config.SLACK_TOKENS + 1), *RUN[5:]],
                                ["max position 8192"]),
-    "floor ctx negative": (["floor", "--model", "qwen2.5-7b", "--ctx", "-1"], ["--ctx must be in 1..32768"]),
-    "floor ctx zero": (["floor", "--model", "qwen2.5-7b", "--ctx", "0"], ["--ctx must be in 1..32768"]),
+    "floor ctx negative": (["floor", "--model", "qwen2.5-7b", "--ctx", "-1"], ["--ctx must be in 1..32767"]),
+    "floor ctx zero": (["floor", "--model", "qwen2.5-7b", "--ctx", "0"], ["--ctx must be in 1..32767"]),
+    "floor ctx at max position": (["floor", "--model", "qwen2.5-7b", "--ctx", "32768"],
+                                  ["--ctx must be in 1..32767", "below its max position 32768"]),
+    "predict ctx at max position": (["predict", "--model", "qwen2.5-7b", "--ctx", "32768", "--gpu", "h200"],
+                                    ["--ctx must be in 1..32767"]),
     "floor ctx past max position": (["floor", "--model", "qwen2.5-7b", "--ctx", "40000"], ["max position"]),
     "unknown mode": ([*RUN, "--mode", "eager,turbo"], ["unknown mode 'turbo'"]),
     "unknown dtype": ([*RUN, "--dtype", "int8"], ["unknown dtype 'int8'"]),

@@ -373,3 +373,90 @@ def test_floor_weight_bits_quantise_a_moes_bf16_experts_too():
     assert rc == 0, err
     per_expert = 2 * (768 * 2048 // 2 + 2 * 2 * 768 * 16) + (2048 * 768 // 2 + 2 * 2 * 2048 * 6)
     assert json.loads(out)["components"]["experts"] == 48 * 8 * per_expert == 962_592_768
+
+
+@pytest.mark.parametrize("base, change, says", [
+    ("tiny-qwen3", {"hidden_act": "frobact"}, "KeyError: 'frobact'"),
+    ("tiny-qwen3", {"rope_scaling": {"rope_type": "frob", "factor": 2.0}}, "KeyError: 'frob'"),
+    ("tiny-phi3", {"pad_token_id": 10**6}, "AssertionError: Padding_idx must be within num_embeddings")])
+def test_a_config_transformers_cannot_build_is_one_line_in_every_command(tmp_path, base, change, says):
+    """A field the accounting does not read, but transformers cannot build (floor, predict: no floor of it; run: no
+    traceback from inside transformers)."""
+    from floorline.serve import servedir
+
+    d = servedir.write_model_dir(zoo.ZOO[base], tmp_path / "m")
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, **change}))
+    for argv in (["floor", "--model", str(d), "--ctx", "64"],
+                 ["predict", "--model", str(d), "--ctx", "64", "--gpu", "h200"],
+                 ["run", "--model", str(d), "--ctx", "64", "--device", "cpu", "--mode", "eager", "--steps", "2"]):
+        rc, out, err = run_cli(argv)
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1 and "cannot build this" in lines[0] and says in lines[0], (argv, err)
+    (d / "config.json").write_text(json.dumps(cfg))  # as written: it builds
+    assert run_cli(["floor", "--model", str(d), "--ctx", "64"])[0] == 0
+
+
+def test_a_moe_runs_routing_is_printed_and_reported(tmp_path):
+    """The experts a step read and the floors of those bytes and of every expert: said under run's table and in the
+    report, not only in the record."""
+    out = tmp_path / "moe.jsonl"
+    rc, _, err = run_cli(["run", "--model", "tiny-qwen3-moe", "--ctx", "24", "--mode", "eager", "--device", "cpu",
+                          "--steps", "2", "--warmup", "0", "--output", str(out)])
+    assert rc == 0, err
+    (r,) = [json.loads(ln) for ln in out.read_text().splitlines()]
+    a = zoo.ZOO["tiny-qwen3-moe"]
+    def ms(b):
+        return f"{b / (r['measured_gbps'] * 1e9) * 1e3:.3g} ms"
+    said = (f"tiny-qwen3-moe ctx 24 eager: routed to {a.top_k * a.n_moe} experts a step (top {a.top_k} of "
+            f"{a.experts} in each of {a.n_moe} layers; {r['moe_experts_distinct_over_steps']} distinct over "
+            f"{r['moe_route_steps']} steps); floor of the experts read {ms(r['floor_bytes_routed'])}, of every expert "
+            f"{ms(r['floor_bytes_all_experts'])}, at the measured bandwidth")
+    assert said in err, err
+    assert run_cli(["report", str(out), "--out", str(tmp_path / "rep")])[0] == 0
+    assert said.split(": ", 1)[1] in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_an_mxfp4_checkpoint_is_counted_not_loaded(tmp_path):
+    """gpt-oss as shipped (mxfp4 experts): floor counts it; run says it does not load it (transformers would fetch
+    its kernels from the Hub) instead of an error from inside transformers."""
+    d = tmp_path / "gpt-oss"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**zoo.ZOO["tiny-gpt-oss"].config,
+                                               "quantization_config": {"quant_method": "mxfp4"}}))
+    (d / "model.safetensors").write_bytes(b"")
+    rc, out, err = run_cli(["floor", "--model", str(d), "--ctx", "16", "--format", "json"])
+    assert rc == 0 and json.loads(out)["expert_format"] == "mxfp4", err
+    rc, out, err = run_cli(["run", "--model", str(d), "--ctx", "16", "--device", "cpu"])
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "stores the experts in mxfp4" in err, err
+
+
+def test_a_multimodal_gemma3_folder_runs_its_text_decoder_without_a_parameter_warning(tmp_path):
+    """Gemma 3 4B+ ships as a multimodal checkpoint: its vision tower is loaded but a text decode step never reads it,
+    so the parameter check counts the decoder and the record says how many parameters were left unread; --quant
+    packs its language model's matrices."""
+    from transformers import AutoModelForCausalLM, Gemma3Config
+
+    text = {"model_type": "gemma3_text", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 512,
+            "max_position_embeddings": 1024, "sliding_window": 16, "query_pre_attn_scalar": 16,
+            "layer_types": ["sliding_attention", "full_attention"], "pad_token_id": 0}
+    vision = {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "image_size": 28, "patch_size": 14}
+    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)
+    torch.manual_seed(0)
+    m = AutoModelForCausalLM.from_config(cfg)
+    assert type(m).__name__ == "Gemma3ForConditionalGeneration"
+    m.save_pretrained(tmp_path / "g3", safe_serialization=True)
+    vision_params = sum(p.numel() for n, p in m.named_parameters() if "vision_tower" in n or "multi_modal" in n)
+    out = tmp_path / "r.jsonl"
+    rc, _, err = run_cli(["run", "--model", str(tmp_path / "g3"), "--ctx", "16", "--mode", "eager", "--device", "cpu",
+                          "--steps", "2", "--warmup", "0", "--output", str(out)])
+    assert rc == 0, err
+    (r,) = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert r["valid"] and r["unread_parameters"] == vision_params > 0
+    assert not any("parameters" in w for w in r["warnings"]), r["warnings"]  # (a spread warning may come: 2 steps)
+    rc, _, err = run_cli(["run", "--model", str(tmp_path / "g3"), "--ctx", "16", "--mode", "eager", "--device", "cpu",
+                          "--steps", "2", "--warmup", "0", "--quant", "int4", "--output", str(out)])
+    q = json.loads(out.read_text().splitlines()[-1])
+    assert rc == 0 and q["valid"] and q["quant"] == "int4", (err, q["reason"])

@@ -17,7 +17,8 @@ def test_explain_sees_kernels_in_every_mode():
     for r in rows:
         assert r["kernels_per_step"] > 20, r["mode"]  # 4 layers x (7 GEMMs + norms + RoPE + attention)
         assert 0 < r["gpu_busy_ms"] <= r["wall_ms"] * 1.5
-        assert r["idle_gaps_ms"] == pytest.approx(r["wall_ms"] - r["gpu_busy_ms"])
+        assert r["idle_gaps_ms"] == pytest.approx(max(r["wall_ms"] - r["gpu_busy_ms"], 0.0))  # (0 on a noisy host:)
+        assert bool(r["warnings"]) == (r["gpu_busy_ms"] > r["wall_ms"]) and r["profiled_wall_ms"] > 0
         assert r["attention_ms"] > 0
     # one replay enqueues a whole step: far less host time than launching its kernels one by one
     assert by["graph"]["host_enqueue_ms"] < by["static"]["host_enqueue_ms"]

@@ -303,3 +303,26 @@ def test_dry_run_does_not_repair_the_file(tmp_path, capsys):
     assert cli.main(["sweep", "--models", "tiny-llama", "--ctx", "16", "--modes", "eager", "--dry-run",
                      "--output", str(out), "--device", "cpu"]) == 0
     assert out.read_bytes() == before
+
+
+def test_a_family_without_sdpa_is_looked_up_by_the_attention_it_ran(tmp_path):
+    """gpt-oss runs eager attention (its sinks) whatever --attn says; its records say eager. The study keys its cells
+    and failure records the same way, so a measured cell is done: not a false "the child exited without a record",
+    and `run --resume` run again measures nothing."""
+    base = RunConfig(model="", ctxs=[], modes=[], device="cpu")
+    (c,) = sweep.plan(["tiny-gpt-oss"], [16], ["eager"], base)
+    assert c.run.attn == "sdpa"  # asked
+    rec = resume.failure_record(c, "crash: a test") | {"valid": True}
+    assert rec["attn_implementation"] == "eager"
+    assert resume.done_keys([rec]) == {c.key()}
+    (llama,) = sweep.plan(["tiny-llama"], [16], ["eager"], base)  # a family with SDPA keeps it
+    assert resume.failure_record(llama, "x")["attn_implementation"] == "sdpa"
+    out = tmp_path / "r.jsonl"
+    argv = ["run", "--model", "tiny-gpt-oss", "--ctx", "16", "--mode", "eager", "--device", "cpu", "--steps", "2",
+            "--warmup", "0", "--output", str(out), "--resume"]
+    rc, _, e = run_cli(argv)
+    assert rc == 0, e
+    (r,) = records.read(out)
+    assert r["valid"] and r["attn_implementation"] == "eager"
+    rc, _, e = run_cli(argv)
+    assert rc == 0 and "nothing to run" in e and len(records.read(out)) == 1

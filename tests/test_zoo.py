@@ -39,7 +39,7 @@ def test_resolve_unknown_lists_known_names(tmp_path):
 def test_resolve_a_file_is_not_a_model(tmp_path):
     f = tmp_path / "config.json"
     f.write_text("{}")
-    with pytest.raises(UserError, match="unknown model"):
+    with pytest.raises(UserError, match="config.json: a file, not a directory; give the folder that holds"):
         zoo.resolve(str(f))
 
 
@@ -65,6 +65,28 @@ def test_local_dir_with_bad_json(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(UserError, match="not valid JSON"):
         zoo.resolve(str(tmp_path))
+    for text, kind in (("[1, 2]", "list"), ('"llama"', "str"), ("null", "NoneType"), ("42", "int")):
+        (tmp_path / "config.json").write_text(text)  # JSON, but no config
+        with pytest.raises(UserError, match=f"a JSON {kind}, not an object"):
+            zoo.resolve(str(tmp_path), need="config")
+    (tmp_path / "config.json").write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(UserError, match="not a text file"):
+        zoo.resolve(str(tmp_path), need="config")
+
+
+def test_a_path_that_is_no_directory_is_said_so(tmp_path):
+    for p in (str(tmp_path / "nonexist"), "./nonexist", "a/b/c"):
+        with pytest.raises(UserError, match="no such directory; give the folder that holds the model's config.json$"):
+            zoo.resolve(p, need="config")
+    with pytest.raises(UserError, match="unknown model 'nonexist'; known: "):
+        zoo.resolve("nonexist")
+
+
+def test_a_quoted_home_path_is_the_folder_there(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "m").mkdir()
+    _write_config(tmp_path / "m")
+    assert zoo.resolve("~/m", need="config").path == str((tmp_path / "m").resolve())
 
 
 def test_local_dir_resolves_to_its_config(tmp_path):

@@ -99,8 +99,10 @@ def cmd_floor(args) -> int:
     from floorline.report import display
 
     a = zoo.resolve(args.model, need="config", download=args.download)
-    if not 0 < args.ctx <= a.max_pos:
-        raise UserError(f"--ctx must be in 1..{a.max_pos} for {a.name} (its max position), got {args.ctx}")
+    _check_builds(a)
+    if not 0 < args.ctx < a.max_pos:  # (the step's token goes at position ctx: within the max position)
+        raise UserError(f"--ctx must be in 1..{a.max_pos - 1} for {a.name} (the step's token at position ctx, below "
+                        f"its max position {a.max_pos}), got {args.ctx}")
     if args.experts and not a.experts:
         raise UserError(f"--experts sets how a mixture-of-experts model stores its routed experts; {a.name} is dense: "
                         f"drop --experts (--weight-bits sets its matrices)")
@@ -457,12 +459,21 @@ def cmd_report(args) -> int:
     return 0
 
 
+def _check_builds(a) -> None:
+    """A local or Hub config that transformers cannot build has no floor (models.check_builds; imports torch)."""
+    if a.path:
+        from floorline.bench import models
+
+        models.check_builds(a)
+
+
 # --------------------------------------------------------------------------------------------------------- predict
 def cmd_predict(args) -> int:
     from floorline.core import specs, zoo
     from floorline.report import predict
 
     a = zoo.resolve(args.model, need="config", download=args.download)
+    _check_builds(a)
     if a.prequant:
         raise UserError(f"{a.name} is a pre-quantised checkpoint (config.json's quantization_config); predict counts "
                         f"unquantised weights: give the unquantised model's config")
@@ -510,6 +521,9 @@ def cmd_explain(args) -> int:
                                     f"by place in the layer (native: 1/2 q/k/v, 2/2 o, the MLP its own kernel; 1/1 "
                                     f"q/k/v where the merge is inside o; or mlp=gemv: 1/4 q/k/v, 2/4 o, 3/4 gate_up, "
                                     f"4/4 down; after: lm_head), {r['mode']} ctx {r['ctx']}"))
+    for r in rows:
+        for w in r["warnings"]:
+            err.print(f"warning: {r['mode']} ctx {r['ctx']}: {w}")
     err.print(f"added {len(rows)} record(s) to {d / 'explain.jsonl'}; plotted them in {d / 'explain.png'}")
     return 0
 
@@ -531,7 +545,7 @@ def cmd_quant(args) -> int:
     names, modes, model, ctx = [j.backend for j in jobs], jobs[0].modes, jobs[0].arch.name, base.ctxs[0]
     device = next((r.get("device_name") for r in reversed(recs) if r.get("device_name")), base.device)
     dtypes = {j.backend: j.run.dtype for j in jobs}  # each backend's record in the dtype it ran in this time
-    cell_rows = quantrows.rows(recs, model, ctx, modes, names, base.attn, dtypes)
+    cell_rows = quantrows.rows(recs, model, ctx, modes, names, jobs[0].arch.attention(base.attn), dtypes)
     chain_rows = quantrows.kernel_rows(recs, model, names, dtypes) if args.kernels else []
     out.print(display.table(display.QUANT_HEADER, display.quant_rows(cell_rows),
                             f"{model} ctx {ctx} on {device}: each backend against its own floor (bytes at its bit "
@@ -749,16 +763,19 @@ def build_parser() -> Parser:
     sub.add_parser("specs", parents=[common], help="list the GPU spec table").set_defaults(fn=cmd_specs)
 
     f = sub.add_parser("floor", parents=[common], help="analytic bytes and floor of one decode step (no GPU needed)")
-    f.add_argument("--model", required=True, help="zoo name or a local directory (config.json + *.safetensors)")
+    f.add_argument("--model", required=True, help="zoo name, a local directory (its config.json) or a Hub id")
     f.add_argument("--ctx", type=int, required=True, help="tokens already in the KV cache")
     f.add_argument("--gpu", help="a key from `floorline specs` (default: every GPU in the table)")
     f.add_argument("--convention", choices=["strict", "paper"], default="strict")
     f.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32 (unquantised parts and the KV cache)")
-    f.add_argument("--weight-bits", type=int, default=None, help="16 (unquantised), 8 or 4 for the decoder matrices")
+    f.add_argument("--weight-bits", type=int, default=None,
+                   help="the dtype's own width (16, or 32 with --dtype fp32: unquantised), 8 or 4 for the decoder "
+                        "matrices, and a MoE's routed experts too unless --experts names their storage")
     f.add_argument("--group-size", type=_group_size, default=None,
                    help="elements per scale/zero group of --weight-bits 8|4 matrices, or row (default 128)")
     f.add_argument("--experts", choices=["bf16", "mxfp4"], default=None,
-                   help="how a MoE model's routed experts are stored (default: as its checkpoint, e.g. gpt-oss mxfp4)")
+                   help="how a MoE model's routed experts are stored (default: as its checkpoint, e.g. gpt-oss "
+                        "mxfp4; with --weight-bits 8|4, as the decoder matrices)")
     f.add_argument("--format", choices=["table", "json"], default="table")
     f.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
     _tp_args(f)

@@ -4,7 +4,8 @@ Per mode, on one built model: wall time per step (CUDA events, no profiler attac
 (perf_counter around step() with no sync), then K steps under torch.profiler for the device activity.
   floor        = strict floor bytes / measured bandwidth
   kernel excess = GPU busy - floor            (GPU busy: device activity intervals, overlaps merged)
-  idle gaps    = wall - GPU busy              (launch and host overhead: the GPU waits)
+  idle gaps    = wall - GPU busy              (launch and host overhead: the GPU waits; where the profiled steps'
+                                              busy exceeds the unprofiled wall, 0 with a warning in the record)
 Per kernel (the top-kernel table, attention): the time it adds to GPU busy, each stretch of busy time given to the
 kernel that ends first among those running then (_exclusive_us). Under programmatic dependent launch (mode native on
 Hopper) a kernel starts while its predecessor runs and waits for it, so its own span would count that wait twice;
@@ -130,10 +131,12 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
                 torch.cuda.synchronize()
             acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
             with torch.profiler.profile(activities=acts) as prof:
+                t0 = time.perf_counter()
                 for _ in range(profile_steps):
                     rt.step()
                 if cuda:
                     torch.cuda.synchronize()
+                profiled_ms = (time.perf_counter() - t0) * 1e3 / profile_steps  # (the profiler's overhead in it)
     finally:
         if rt is not None:
             rt.close()
@@ -158,6 +161,11 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
     else:  # SDPA is no leaf op on the CPU: its outermost events' spans
         attn_ms = sum(e.time_range.end - e.time_range.start for e in _attention_events(prof, evs, cuda)) / 1e3 / k
     wall_ms = statistics.median(wall)
+    warnings = []
+    if busy_ms > wall_ms:  # busy comes from the profiled steps, wall from unprofiled ones: no idle time is seen
+        warnings.append(f"busy {busy_ms:.3f} ms a step (profiled steps, {profiled_ms:.3f} ms each) exceeds the wall "
+                        f"time {wall_ms:.3f} ms (unprofiled steps): the profiler's overhead or a noisy host; idle gaps "
+                        f"taken as 0 - rerun on a quiet machine")
     floor_ms = strict.ms(ses.base["measured_gbps"])
     kv_bytes = strict.components["kv_read"] + strict.components["kv_write"]
     return {
@@ -169,7 +177,8 @@ def explain_mode(ses, mode: str, ctx: int, profile_steps: int, log: Callable[[st
                                         "bw_pattern_samples_gbps")},
         "floor_bytes": strict.bytes, "profile_steps": k,
         "wall_ms": wall_ms, "wall_samples_ms": wall, "gpu_busy_ms": busy_ms, "floor_ms_measured": floor_ms,
-        "kernel_excess_ms": busy_ms - floor_ms, "idle_gaps_ms": wall_ms - busy_ms,
+        "kernel_excess_ms": busy_ms - floor_ms, "idle_gaps_ms": max(wall_ms - busy_ms, 0.0),
+        "profiled_wall_ms": profiled_ms, "warnings": warnings,
         "kernels_per_step": len(evs) / k, "host_enqueue_ms": statistics.median(host), "host_samples_ms": host,
         "attention_ms": attn_ms, "attention_kv_bytes": kv_bytes,
         "attention_gbps": kv_bytes / (attn_ms * 1e-3) / 1e9 if attn_ms > 0 else None,

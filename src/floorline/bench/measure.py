@@ -65,12 +65,16 @@ class Session:
             torch.cuda.empty_cache()
 
 
+UNREAD_TOWERS = ("vision_tower", "multi_modal_projector")  # modules of a multimodal model that text decode never reads
+
+
 def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) -> Session:
     """Validate, check memory, measure the achievable bandwidth, build the model and the prompt."""
     a = zoo.resolve(cfg.model)
     device = device_mod.resolve_device(cfg.device)
     modes = expand_modes(cfg.modes, device, cfg.quant, arch=a)
     validate(replace(cfg, modes=modes), a, device.type)
+    models.check_builds(a)  # before the bandwidth probe: a config transformers cannot build is said at once
     comm = None
     if cfg.tp > 1:  # one rank of a tensor-parallel run: join the group, take cuda:rank
         from floorline.bench import tp_run
@@ -86,7 +90,7 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
 
     base = {"schema_version": SCHEMA_VERSION, "kind": "cell", **a.identity(),
             "quant": quant.canonical(cfg.quant), "dtype": cfg.dtype, "warmup": cfg.warmup, "steps": cfg.steps, "seed": cfg.seed,
-            "prefill_chunk": cfg.prefill_chunk, "attn_implementation": models.attn_for(a, cfg.attn),
+            "prefill_chunk": cfg.prefill_chunk, "attn_implementation": a.attention(cfg.attn),
             "floor_convention": "strict", **cfg.native.record()}
     base.update(device_mod.device_info(device))
     if comm is not None:
@@ -107,9 +111,16 @@ def open_session(cfg: RunConfig, log: Callable[[str], None] = lambda s: None) ->
              models.build(a, device, cfg.dtype, cfg.seed, cfg.attn))
     base["build_s"] = time.perf_counter() - t0
     base["warnings"] = []
-    n_params = sum(p.numel() for p in model.parameters())
-    if n_params != floor.parameter_count(a):
-        base["warnings"].append(f"the loaded model has {n_params} parameters, the accounting {floor.parameter_count(a)}")
+    # a multimodal checkpoint (Gemma 3 4B+) loads its vision tower too, which a text decode step never reads
+    n_params = unread = 0
+    for name, p in model.named_parameters():
+        n_params += p.numel()
+        unread += p.numel() if any(t in name.split(".") for t in UNREAD_TOWERS) else 0
+    base["unread_parameters"] = unread
+    if n_params - unread != floor.parameter_count(a):
+        base["warnings"].append(f"the loaded model has {n_params - unread} parameters"
+                                + (f" besides its vision tower's {unread}" if unread else "")
+                                + f", the accounting {floor.parameter_count(a)}")
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     prompt = torch.randint(0, a.vocab, (1, max(cfg.ctxs)), generator=gen, device=device)  # random, never zeros
     ses = Session(cfg, a, device, modes, nvml, energy, fmt, base, model, prompt)

@@ -39,17 +39,12 @@ _NOT_ARCH = ("architectures", "torch_dtype", "dtype", "transformers_version", "q
              "_name_or_path", "model_type")
 
 
-def attn_for(a: Arch, attn: str) -> str:
-    """The attention implementation transformers will run: `attn`, or eager where the family has no SDPA path."""
-    return attn if a.traits.sdpa else "eager"
-
-
 def hf_config(a: Arch, dtype: str = "bf16", attn: str = "sdpa"):
     """The transformers config of an embedded architecture: from its config.json dict where it has one (the 2026
     families), else from the fields (Llama, Qwen2, Mistral)."""
     from transformers import AutoConfig, LlamaConfig, MistralConfig, Qwen2Config
 
-    attn = attn_for(a, attn)
+    attn = a.attention(attn)
     if a.config is not None:
         fields = {k: v for k, v in a.config.items() if k not in _NOT_ARCH}
         if a.window is None and fields.get("sliding_window"):
@@ -105,7 +100,7 @@ def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int =
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    attn = attn_for(a, attn)
+    attn = a.attention(attn)
     cfg = hf_config(a, dtype, attn)
     # Allocate on the target device in the target dtype and skip transformers' own init: we fill once, seeded.
     with torch.device(device), no_init_weights():
@@ -117,9 +112,36 @@ def build_random(a: Arch, device: torch.device, dtype: str = "bf16", seed: int =
     return model.eval().requires_grad_(False)
 
 
+def check_builds(a: Arch) -> None:
+    """A local config.json that transformers cannot build (an activation or rope type it does not know, a pad id past
+    the vocabulary) is one line naming the error, before a floor is counted from it or a run starts: the model is
+    built on the meta device (no memory, no weights; about a second for the largest MoE). Embedded configs are
+    built by the tests."""
+    if a.path is None or a.config is None:
+        return
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # (its warnings about the same field would come before the one line)
+    try:  # the config as from_pretrained reads it (pad and special token ids included)
+        cfg = AutoConfig.from_pretrained(a.path, local_files_only=True, trust_remote_code=False)
+        with torch.device("meta"), no_init_weights():
+            AutoModelForCausalLM.from_config(cfg)
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises, the config is what to fix
+        import transformers
+
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise UserError(f"{a.path}: transformers {transformers.__version__} cannot build this {a.family} model from "
+                        f"its config.json ({type(e).__name__}: {first}); fix that field of config.json") from None
+
+
 def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "sdpa") -> torch.nn.Module:
     """A local directory's config.json + *.safetensors; never pickle, never remote code, no missing weights."""
-    attn = attn_for(a, attn)
+    attn = a.attention(attn)
+    check_builds(a)
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -136,7 +158,8 @@ def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "
     except (OSError, ValueError, RuntimeError, SafetensorError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         fix = ("a file of the checkpoint is missing: copy the whole checkpoint" if isinstance(e, FileNotFoundError)
-               else "check config.json matches them")
+               else "a safetensors file is damaged or no safetensors file: copy or save the checkpoint again"
+               if isinstance(e, SafetensorError) or "deserializ" in str(e) else "check config.json matches them")
         raise UserError(f"{a.path}: could not load the safetensors weights ({first}); {fix}") from None
     if a.window is None and getattr(model.config, "sliding_window", None):
         model.config.sliding_window = None  # past the max position: never applies, and keeps the step capturable

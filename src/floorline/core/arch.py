@@ -143,6 +143,11 @@ class Arch:
         another path or machine (a Hub model in any cache) to be the same model."""
         return {"model": self.name, "model_path": self.path, "model_config_sha256": config_digest(self.path)}
 
+    def attention(self, attn: str) -> str:
+        """The attention implementation transformers will run for `attn` (sdpa or eager): eager where the family has
+        no SDPA path (gpt-oss, for its sinks). What a record says it ran, and so what a study looks its cell up by."""
+        return attn if self.traits.sdpa else "eager"
+
     def is_sliding(self, i: int) -> bool:
         return bool(self.sliding) and self.sliding[i]
 

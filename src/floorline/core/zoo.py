@@ -161,6 +161,10 @@ def refuse_prequant(model: str, a: Arch) -> None:
         raise UserError(f"{model}: config.json's quantization_config makes it a pre-quantised checkpoint, which "
                         f"floorline does not load; give the unquantised model (with --quant to quantise it), or count "
                         f"its floor with `floorline {counts} ... {a.prequant}`")
+    if a.path and a.expert_format == "mxfp4":  # (the zoo's gpt-oss is built with bf16 experts, and counted so)
+        raise UserError(f"{model}: config.json's quantization_config stores the experts in mxfp4, which floorline does "
+                        f"not load (transformers fetches its kernels from the Hub); give the checkpoint dequantised to "
+                        f"bf16, or count its floor with `floorline floor --model {model}`")
 
 
 def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:
@@ -168,7 +172,7 @@ def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:
     need: "weights" (run: config.json + *.safetensors) or "config" (floor, predict, endpoint: config.json alone)."""
     if model in ZOO:
         return ZOO[model]
-    p = Path(model)
+    p = Path(model).expanduser()
     if not p.is_dir():
         from floorline.core import hub
 
@@ -177,18 +181,30 @@ def resolve(model: str, need: str = "weights", download: bool = False) -> Arch:
     if p.is_dir():
         cfg_file = p / "config.json"
         if not cfg_file.is_file():
-            raise UserError(f"{model}: no config.json in this directory; a local model needs config.json + *.safetensors")
+            raise UserError(f"{model}: no config.json in this directory; a local model needs config.json"
+                            + (" + *.safetensors" if need == "weights" else ""))
         if need == "weights" and not any(p.glob("*.safetensors")):
             raise UserError(f"{model}: no *.safetensors weights in this directory (pickled .bin files are not loaded)")
         try:
-            cfg = json.loads(cfg_file.read_text())
+            cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise UserError(f"{cfg_file}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        except ValueError as e:  # (not UTF-8)
+            raise UserError(f"{cfg_file}: not a text file ({e}); give the model's config.json") from None
+        except OSError as e:
+            raise UserError(f"{cfg_file}: cannot be read ({e.strerror}); check its permissions") from None
+        if not isinstance(cfg, dict):
+            raise UserError(f"{cfg_file}: a JSON {type(cfg).__name__}, not an object; a transformers config.json is "
+                            f"one {{...}} of the model's fields")
         from floorline.core import hub
 
         a = arch_from_config(cfg, name=hub.name_of_dir(p) or p.resolve().name, path=str(p.resolve()))
         if need == "weights":
             refuse_prequant(model, a)
         return a
+    if model.startswith(("/", ".", "~")) or model.count("/") > 1:  # a path, not a name
+        what = "a file, not a directory" if p.exists() else "no such directory"
+        raise UserError(f"{model}: {what}; give the folder that holds the model's config.json"
+                        + (" + *.safetensors" if need == "weights" else ""))
     raise UserError(f"unknown model {model!r}; known: {', '.join(ZOO)} (or a directory with config.json + "
                     f"*.safetensors, or a Hugging Face id org/name)")

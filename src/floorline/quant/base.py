@@ -89,7 +89,7 @@ LINEAR_NAMES = (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")), ("mlp",
 def decoder_linears(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module, str, torch.nn.Module]]:
     """(name, parent, attribute, module) of each decoder matrix, layer by layer: q, k, v, o, gate, up, down.
     lm_head and the embedding are not among them: they stay dense."""
-    for i, layer in enumerate(model.model.layers):
+    for i, layer in enumerate(model.get_decoder().layers):  # (a multimodal model's: its language model's)
         for sub, names in LINEAR_NAMES:
             parent = getattr(layer, sub)
             for n in names:

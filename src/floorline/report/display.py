@@ -169,14 +169,30 @@ def csv_text(records: list[dict]) -> str:
     return buf.getvalue()
 
 
+def moe_line(r: dict) -> str | None:
+    """A valid mixture-of-experts record's routing (bench/moe.py): the experts a step read, and the floors of those
+    bytes and of every expert at the measured bandwidth; a slow step beside the second is routing or a runtime that
+    reads every expert, beside the first the runtime."""
+    if not (r.get("moe_experts") and r.get("valid") and r.get("floor_bytes_routed") and r.get("measured_gbps")):
+        return None
+    def ms(b):
+        return f"{b / (r['measured_gbps'] * 1e9) * 1e3:.3g} ms"
+    return (f"routed to {r['moe_experts_read_per_step']:.3g} experts a step (top {r['moe_top_k']} of "
+            f"{r['moe_experts']} in each of {r['moe_layers']} layers; {r['moe_experts_distinct_over_steps']} distinct "
+            f"over {r['moe_route_steps']} steps); floor of the experts read {ms(r['floor_bytes_routed'])}, of every "
+            f"expert {ms(r['floor_bytes_all_experts'])}, at the measured bandwidth")
+
+
 def notes(records: list[dict]) -> list[str]:
-    """One line per warning or invalid verdict, for the human formats."""
+    """One line per warning or invalid verdict, and a mixture-of-experts record's routing, for the human formats."""
     out = []
     for r in records:
         tag = f"{r.get('model')} ctx {r.get('ctx')} {r.get('mode')}"
         if not r.get("valid"):
             out.append(f"{tag}: INVALID: {r.get('reason')}")
         out += [f"{tag}: warning: {w}" for w in r.get("warnings") or []]
+        if moe_line(r):
+            out.append(f"{tag}: {moe_line(r)}")
         if r.get("prepare_s"):
             out.append(f"{tag}: {'capture' if r['mode'] == 'graph' else 'compile'} took {r['prepare_s']:.1f} s (not timed)")
     return out

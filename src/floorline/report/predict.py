@@ -375,8 +375,9 @@ def predict(cal: Calibration, arch: Arch, ctx: int, gpu: specs.GpuSpec, mode: st
         raise UserError("predict --tp is for floorline's own modes; a server's tensor parallelism is its own")
     if mode not in PREDICTABLE:
         raise UserError(f"unknown mode {mode!r}; use one of {', '.join(PREDICTABLE)}")
-    if ctx <= 0 or ctx > arch.max_pos:
-        raise UserError(f"--ctx must be in 1..{arch.max_pos} for {arch.name}, got {ctx}")
+    if ctx <= 0 or ctx >= arch.max_pos:  # (the step's token goes at position ctx)
+        raise UserError(f"--ctx must be in 1..{arch.max_pos - 1} for {arch.name} (the step's token at position ctx, "
+                        f"below its max position {arch.max_pos}), got {ctx}")
     if mode == ENDPOINT:
         return _predict_endpoint(cal, arch, ctx, gpu, dtype)
     if cal.eta is None:

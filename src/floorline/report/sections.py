@@ -82,6 +82,10 @@ def cell_sections(doc: Document, cells: list[dict]) -> None:
         doc.add(Text(f"Mixture-of-experts rows ({', '.join(moe)}): the paper floor counts every expert's bytes (the "
                      f"study's W, a dense model's), while a batch-1 step reads the top-k of each layer, so their "
                      f"paper share can pass 100%; the strict columns count the experts a step reads."))
+        latest = {(C.device(r), r.get("model"), r.get("ctx"), C.variant(r)): r for r in cells if display.moe_line(r)}
+        if latest:
+            doc.add(Bullets([f"{d}, {_where(m, ctx)}, {v}: {display.moe_line(r)}"
+                             for (d, m, ctx, v), r in latest.items()]))
     for (dev,), drecs in C.grouped(cells, lambda r: (C.device(r),)):
         doc.add(Heading(2, dev), Text(device_line(dev, drecs)))
         rows = [cell_row(m, ctx, v, rs) for (_, m, ctx, v), rs in
@@ -168,6 +172,9 @@ def explain_section(doc: Document, recs: list[dict]) -> None:
     doc.add(Heading(1, "Where the step goes (explain)"),
             Table(["GPU", "model", "ctx", "mode", "wall ms", "busy ms", "floor ms @meas", "kernel excess ms",
                    "idle gaps ms", "host enqueue ms", "kernels/step"], rows))
+    said = [f"{r.get('model')} ctx {r.get('ctx')} {r.get('mode')}: {w}" for r in recs for w in r.get("warnings") or []]
+    if said:
+        doc.add(Bullets(said))
 
 
 # -------------------------------------------------------------------------------------------------------- quant

@@ -306,10 +306,14 @@ def run_ab(cfg: ABConfig, output: str, log: Callable[[str], None] = lambda s: No
             device = resolve_device(arm_cfg.device)
             validate(arm_cfg, a, device.type)
             expand_modes(arm_cfg.modes, device)
+            arm = replace(arm, attn=a.attention(arm.attn))  # what its records will say they ran (gpt-oss: eager)
         arms.append(arm)
     cfg = replace(cfg, a=arms[0], b=arms[1])
     if cfg.a.endpoint and (cfg.a.endpoint, cfg.a.served) == (cfg.b.endpoint, cfg.b.served):
         raise UserError(f"--a and --b are the same server and model ({cfg.a.label}); give two different arms")
+    if cfg.a == cfg.b:  # (two mode arms told apart by attn= alone)
+        raise UserError(f"--a and --b run the same configuration ({cfg.a.label}: {cfg.base.model} runs eager "
+                        f"attention whatever attn= says); give two different arms")
     key = cfg.key()
     have = resume.load(output, log)
     # an older file's sessions (keyed by the path as typed) count where they measured this model

@@ -86,7 +86,7 @@ def plan(cfg: QuantConfig, have: list[dict]) -> list[BackendRun]:
         if not why:
             validate(run, a, device.type)
         key = {**a.identity(), "ctx": run.ctxs[0], "quant": run.quant, "dtype": run.dtype,
-               "attn_implementation": run.attn, "device": run.device}
+               "attn_implementation": a.attention(run.attn), "device": run.device}
         todo = [m for m in modes if cell_key({**key, "mode": m}) not in cells]
         chain = cfg.kernels and _kernel_key(key) not in chains
         jobs.append(BackendRun(n, replace(run, modes=todo, kernels=chain), f"unavailable: {why}" if why else None,

@@ -66,7 +66,8 @@ class Cell:
         from floorline.bench import tp_run
 
         return cell_key({**self.arch.identity(), "ctx": self.ctx, "mode": self.mode,
-                         "quant": self.run.quant, "dtype": self.run.dtype, "attn_implementation": self.run.attn,
+                         "quant": self.run.quant, "dtype": self.run.dtype,
+                         "attn_implementation": self.arch.attention(self.run.attn),
                          "device": self.run.device, "tp": self.run.tp, **self.run.native.record(),
                          "allreduce_backend": tp_run.backend(self.run, device_kind(self.run.device))})
 
@@ -97,7 +98,7 @@ def failure_record(cell: Cell, reason: str) -> dict:
     f = floor.floor(cell.arch, cell.ctx, weight_format(cell.run), "strict")
     rec = {"schema_version": records.SCHEMA_VERSION, "kind": "cell", "run_id": uuid.uuid4().hex,
            **cell.arch.identity(), "ctx": cell.ctx, "mode": cell.mode,
-           "quant": cell.run.quant, "dtype": cell.run.dtype, "attn_implementation": cell.run.attn,
+           "quant": cell.run.quant, "dtype": cell.run.dtype, "attn_implementation": cell.arch.attention(cell.run.attn),
            **cell.run.native.record(),
            "device": cell.run.device, "device_name": system.device_name(cell.run.device),
            "floor_bytes": f.bytes, "valid": False, "reason": reason}
