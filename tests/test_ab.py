@@ -288,3 +288,17 @@ def test_ab_of_a_family_without_sdpa(tmp_path, capsys):
                    "--device", "cpu", "--output", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "same configuration" in err[0], err
+
+
+def test_two_arms_that_differ_by_dtype_both_name_it():
+    """On a CPU without native bf16 the default is fp32: an arm in bf16 beside it must say bf16, not nothing."""
+    from floorline.bench.config import RunConfig
+
+    a, b = ab.parse_arm("eager", dtype="fp32"), ab.parse_arm("mode=eager,dtype=bf16,attn=eager", dtype="fp32")
+    assert (a.label, b.label) == ("eager/fp32", "eager/attn=eager")  # alone, bf16 is the default left out
+    assert (a.label_as(True), b.label_as(True)) == ("eager/fp32", "eager/bf16/attn=eager")
+    cfg = ab.ABConfig(RunConfig("tiny-llama", [16], []), a, b)
+    rec = {"model": "tiny-llama", "ctx": 16, "device_name": "cpu", "device": "cpu", "ab_order": "A-B",
+           "step_ms_median": 1.0}
+    s = ab.summarize(cfg, "k", {0: {"A": rec, "B": rec}, 1: {"A": rec, "B": rec}}, [])
+    assert (s["arm_a"], s["arm_b"]) == ("eager/fp32", "eager/bf16/attn=eager")

@@ -611,3 +611,20 @@ def test_run_with_no_options_is_the_readmes_default(monkeypatch, capsys):
     from floorline.bench.config import expand_modes
 
     assert expand_modes(cfg.modes, __import__("torch").device("cpu"), cfg.quant) == ["eager", "static"]
+
+
+def test_a_reader_that_closes_stdout_is_exit_141_and_no_message():
+    """`floorline floor ... | head -1`: the reader went, nothing failed. rich would exit 1, the code of a crashed
+    cell; floorline exits as a command that SIGPIPE ended (141), silently."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written
+    try:
+        p = subprocess.run([sys.executable, "-m", "floorline", "floor", "--model", "gpt-oss-20b", "--ctx", "8192"],
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and p.stderr == "", (p.returncode, p.stderr)

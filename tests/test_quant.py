@@ -233,8 +233,9 @@ def test_cuda_only_backends_refuse_the_cpu(name):
 
 @pytest.mark.parametrize("argv, words", [
     (["--quant", "int4-gemlite"], ["int4-gemlite", "CUDA GPU"]),
-    (["--quant", "gptq-exllamav2"], ["fp16", "--dtype fp16"]),
+    (["--quant", "gptq-exllamav2"], ["CUDA GPU"]),  # (not "--dtype fp16", which would only lead there)
     (["--quant", "gptq-exllamav2", "--dtype", "fp16"], ["CUDA GPU"]),
+    (["--quant", "nf4", "--dtype", "fp32"], ["nf4 runs bf16/fp16 activations", "--dtype bf16"]),
     (["--quant", "int3"], ["unknown quant backend", "nf4"]),
 ])
 def test_cli_unavailable_is_one_line_exit_2(argv, words):

@@ -30,6 +30,8 @@ def test_share_of_the_ideal_saving():
     assert quantrows.share_realised(10.0, 2.5, 4000, 1000) == pytest.approx(1.0)
     assert quantrows.share_realised(10.0, 12.0, 4000, 1000) == pytest.approx(-2 / 7.5)
     assert quantrows.share_realised(10.0, 9.0, 4000, 4000) is None  # no bytes saved: no share
+    t = 31.96037499992599  # the reference against itself, where t - t*b/b rounds to 3.6e-15 (a "0%" once printed)
+    assert quantrows.share_realised(t, t, 4267008, 4267008) is None
 
 
 def test_rows_per_backend_and_mode():

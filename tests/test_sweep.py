@@ -326,3 +326,28 @@ def test_a_family_without_sdpa_is_looked_up_by_the_attention_it_ran(tmp_path):
     assert r["valid"] and r["attn_implementation"] == "eager"
     rc, _, e = run_cli(argv)
     assert rc == 0 and "nothing to run" in e and len(records.read(out)) == 1
+
+
+def test_dry_run_memory_is_what_run_asks_and_says_what_will_not_fit():
+    """The memory column is run's own check (weights + KV cache + its margin); a cell over the CPU's free memory is
+    "out of memory" there, not "to run", exactly where run's check refuses it."""
+    import torch
+
+    from floorline.bench import models
+    from floorline.bench.config import memory_need
+
+    base = RunConfig(model="", ctxs=[], modes=[], device="cpu", dtype="fp32")
+    cells = sweep.plan(["qwen2.5-7b", "tiny-llama"], [16], ["eager"], base)
+    free = 2 * 10**9
+    rows = sweep.dry_run_rows(cells, [], None, free)
+    assert [r["status"] for r in rows] == ["out of memory: 2.00 GB free", "to run"]
+    for c, r in zip(cells, rows):
+        w, kv = memory_need(c.run, c.arch, c.ctx, energy=False)
+        assert r["memory_bytes"] == int((w + kv) * models.MEMORY_MARGIN)
+        refused = False
+        try:
+            models.check_fits(c.arch, torch.device("cpu"), w, kv, have=free)
+        except Exception:
+            refused = True
+        assert refused == r["status"].startswith("out of memory")
+    assert sweep.dry_run_rows(cells, [], None)[0]["status"] == "to run"  # free unknown (a GPU's): not judged

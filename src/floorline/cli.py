@@ -29,6 +29,10 @@ class _Out(Console):
     (which never wrap), it is printed at its full width and the terminal wraps its lines, rather than rich cutting
     digits off the numbers or dropping columns."""
 
+    def on_broken_pipe(self) -> None:  # rich exits 1 there, the code of a failed cell: main() says 141
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
+
     def print(self, *objects, **kwargs):
         from rich.table import Table
 
@@ -403,8 +407,16 @@ def cmd_sweep(args) -> int:
         names = system.nvml_gpu_names() if cells[0].run.device.startswith("cuda") else []
         spec = specs.detect(names[0]) if names else None
         title = f"{len(cells)} cells" + (f"; floor at {spec.name} peak {spec.peak_gbps:.0f} GB/s" if spec else "")
+        cpu = cells[0].run.device == "cpu"  # (a GPU's free memory needs a CUDA context: its run says)
+        if cpu:
+            import torch
+
+            from floorline.bench import models
+
+            free = models.free_bytes(torch.device("cpu"))
         t = display.table(display.DRY_RUN_HEADER, display.dry_run_rows(
-            sweep.dry_run_rows(cells, [] if args.rerun else have, spec.peak_gbps if spec else None)), title)
+            sweep.dry_run_rows(cells, [] if args.rerun else have, spec.peak_gbps if spec else None,
+                               free if cpu else None)), title)
         out.print(t)
         return 0
     results: list[dict] = []
@@ -755,8 +767,8 @@ def build_parser() -> Parser:
     cell.add_argument("--model", default=None,
                       help="zoo name or local directory (default: qwen2.5-7b on a GPU, qwen2.5-0.5b on the CPU)")
     cell.add_argument("--ctx", type=_int_list, default=None,
-                      help="prompt tokens prefilled before decoding, comma-separated for several (default 2048 on a "
-                           "GPU, 1024 on the CPU)")
+                      help="prompt tokens prefilled before decoding, comma-separated for several in run and explain "
+                           "(ab and quant take one) (default 2048 on a GPU, 1024 on the CPU)")
     cell.add_argument("--download", action="store_true", help=DOWNLOAD_HELP)
 
     sub.add_parser("models", parents=[common], help="list the embedded models").set_defaults(fn=cmd_models)
@@ -871,8 +883,8 @@ def build_parser() -> Parser:
                                                 "(Q4_0, Q4_K, Q8_0, ...; docs/endpoint.md for mixes like Q4_K_M)")
     ep.add_argument("--gpu", default=None, help="the server's GPU, a key from `floorline specs` (default: detected "
                                                 "when the server runs on this host)")
-    ep.add_argument("--device", default="auto", help="where the server runs when it is on this host (its copy "
-                                                     "bandwidth is measured): auto (default; loopback URLs only), cpu, "
+    ep.add_argument("--device", default="auto", help="where the server runs when it is on this host (its bandwidth "
+                                                     "is measured, the best of copy, read and GEMV): auto (default; loopback URLs only), cpu, "
                                                      "cuda, cuda:N, or none")
     ep.add_argument("--api-key-env", default=None, help="the environment variable holding the API key (default: "
                                                         "FLOORLINE_API_KEY, then OPENAI_API_KEY)")
@@ -969,6 +981,12 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"floorline: {'terminated' if isinstance(e, _Terminated) else 'interrupted'}; records already "
                   f"written are kept (run the same command again to resume a sweep, ab or quant)")
         return 143 if isinstance(e, _Terminated) else 130
+    except BrokenPipeError:  # the reader closed stdout (`| head`): records are written before anything is printed
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit's flush)
+        except (OSError, ValueError):
+            pass
+        return 141  # what a shell reports for a command that SIGPIPE ended (cat, grep)
     finally:
         records.release()  # the results files this command planned from (records.hold)
         out = stdout_console

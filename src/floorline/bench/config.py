@@ -115,12 +115,12 @@ def validate(cfg: RunConfig, a: Arch, device_type: str | None = None) -> None:
     if backend is not None:
         if quant_refusal(a, backend.name):
             raise UserError(quant_refusal(a, backend.name))
+        why = backend.missing(device_type) if device_type else None
+        if why:  # (first: a CUDA-only backend on the CPU is not fixed by its dtype)
+            raise UserError(why)
         if cfg.dtype not in backend.dtypes:
             raise UserError(f"{backend.name} runs {'/'.join(backend.dtypes)} activations; use --dtype "
                             f"{backend.dtypes[0]}")
-        why = backend.missing(device_type) if device_type else None
-        if why:
-            raise UserError(why)
     if not cfg.ctxs or min(cfg.ctxs) <= 0:
         raise UserError(f"--ctx must be positive numbers of tokens, got {cfg.ctxs}")
     if cfg.steps < 2 or cfg.warmup < 0:

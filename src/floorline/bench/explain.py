@@ -220,8 +220,11 @@ def stacked_bar_png(rows: list[dict], path: str) -> None:
         vals = [max(r[key], 0.0) for r in rows]  # a negative excess (busy under the floor) draws as 0
         ax.bar(labels, vals, bottom=bottom, label=name, color=color)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    for i, r in enumerate(rows):
-        ax.text(i, bottom[i], f"{r['wall_ms']:.2f} ms", ha="center", va="bottom", fontsize=8)
+    for i, r in enumerate(rows):  # (busy over wall, a noisy host: the bar is busy's height, and says so)
+        over = r["gpu_busy_ms"] > r["wall_ms"]
+        ax.text(i, bottom[i], f"{r['wall_ms']:.2f} ms" + (f" wall\n(busy {r['gpu_busy_ms']:.2f})" if over else ""),
+                ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(top=max(bottom) * 1.18 or 1.0)  # room for the labels under the title
     r0 = rows[0]
     ax.set_ylabel("ms per decode step")
     ax.set_title(f"{r0['model']} on {r0['device_name']}: where the step goes", fontsize=10)

@@ -190,6 +190,9 @@ def build(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0, att
     return load_local(a, device, dtype, attn) if a.path else build_random(a, device, dtype, seed, attn)
 
 
+MEMORY_MARGIN = 1.1  # weights + KV cache, +10% for activations and workspaces: what a cell is refused without
+
+
 def free_bytes(device: torch.device) -> int:
     """Memory free for a new allocation: cudaMemGetInfo on a GPU, MemAvailable on the CPU."""
     if device.type == "cuda":
@@ -204,7 +207,7 @@ def free_bytes(device: torch.device) -> int:
 def check_fits(a: Arch, device: torch.device, weight_bytes: int, kv_bytes: int, have: int | None = None) -> None:
     """Refuse before allocating when weights + KV cache (+10% for activations and workspaces) exceed free memory."""
     have = free_bytes(device) if have is None else have
-    need = int((weight_bytes + kv_bytes) * 1.1)
+    need = int((weight_bytes + kv_bytes) * MEMORY_MARGIN)
     if need > have:
         raise UserError(
             f"out of memory: {a.name} needs {need / 1e9:.2f} GB on {device} (weights {weight_bytes / 1e9:.2f} GB + "

@@ -254,7 +254,9 @@ def writable(path: str | os.PathLike) -> None:
         if not os.access(p.parent, os.W_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as e:
-        raise UserError(f"{path}: cannot write there ({e.strerror}); give a writable file path") from None
+        file = next((d for d in p.parents if d.is_file()), None)  # mkdir's "File exists" names no file
+        why = f"{file} is a file, not a folder" if file else e.strerror
+        raise UserError(f"{path}: cannot write there ({why}); give a writable file path") from None
 
 
 def read(path: str | os.PathLike, drop_torn_tail: bool = False) -> list[dict]:

@@ -322,7 +322,7 @@ def dry_run_rows(rows_: list[dict]) -> list[list[str]]:
 
 # ----------------------------------------------------------------------------------------- models, specs, floor
 MODELS_HEADER = ["name", "family", "params", "layers", "hidden", "heads/kv", "head_dim", "vocab", "tied", "max pos",
-                 "bf16 weights GB", "KV B/token"]
+                 "bf16 weights GB", "bf16 KV B/token"]
 
 
 def models_rows(archs) -> list[list[str]]:

@@ -51,8 +51,10 @@ def _pick(cells: dict, key: tuple, dtype: str | None, exact: bool = False) -> di
 
 def share_realised(t_ref: float, t_q: float, bytes_ref: int, bytes_q: int) -> float | None:
     """(t_bf16 - t_q) / (t_bf16 - t_bf16 * bytes_q / bytes_bf16); None when the format saves no bytes."""
+    if bytes_q >= bytes_ref:  # (the reference itself: t - t*b/b rounds to 3.6e-15, not 0)
+        return None
     ideal_saving = t_ref - t_ref * bytes_q / bytes_ref
-    return (t_ref - t_q) / ideal_saving if ideal_saving > 0 else None
+    return (t_ref - t_q) / ideal_saving
 
 
 def rows(recs: list[dict], model: str, ctx: int, modes: list[str], backends: list[str],

@@ -59,13 +59,18 @@ class Arm:
 
     @property
     def label(self) -> str:
+        return self.label_as()
+
+    def label_as(self, dtype: bool = False) -> str:
+        """The arm in a few words, its dtype where not bf16 (or always, with dtype: two arms that differ by it)."""
+        show = dtype or self.dtype != "bf16"
         if self.endpoint:
             where = self.endpoint.split("://", 1)[-1]
             return " ".join(["endpoint", *([self.served] if self.served else []), "at", where]
-                            + ([self.dtype] if self.dtype != "bf16" else [])
+                            + ([self.dtype] if show else [])
                             + ([f"bpw={self.bpw}"] if self.bpw else [])
                             + ([f"int{self.weight_bits}"] if self.weight_bits else []))
-        return "/".join([self.mode] + ([self.dtype] if self.dtype != "bf16" else [])
+        return "/".join([self.mode] + ([self.dtype] if show else [])
                         + ([f"attn={self.attn}"] if self.attn != "sdpa" else [])
                         + ([self.quant] if self.quant != "none" else [])
                         + ([f"tp={self.tp}"] if self.tp != 1 else [])
@@ -366,7 +371,8 @@ def summarize(cfg: ABConfig, key: str, done: dict[int, dict[str, dict]], failure
         "schema_version": records.SCHEMA_VERSION, "kind": "ab_summary", "run_id": uuid.uuid4().hex, "ab_key": key,
         "model": r0["model"], "model_path": r0.get("model_path"), "model_config_sha256": r0.get("model_config_sha256"),
         "ctx": r0["ctx"], "device_name": r0["device_name"], "device": r0["device"],
-        "arm_a": cfg.a.label, "arm_b": cfg.b.label, "arm_a_config": cfg.a.fields(), "arm_b_config": cfg.b.fields(),
+        **dict(zip(("arm_a", "arm_b"), (arm.label_as(cfg.a.dtype != cfg.b.dtype) for arm in (cfg.a, cfg.b)))),
+        "arm_a_config": cfg.a.fields(), "arm_b_config": cfg.b.fields(),
         "steps": cfg.base.steps, "warmup": cfg.base.warmup, "seed": cfg.base.seed,
         "n_sessions": len(sessions), "sessions_asked": cfg.sessions, "failed_sessions": failures,
         "sessions": sessions, "orders": [done[s]["A"]["ab_order"] for s in sessions],
