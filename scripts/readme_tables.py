@@ -131,18 +131,16 @@ def h200_headline() -> str:
 def h200_today() -> str:
     """Today's families on the H200 (scripts/h200_suite.toml, group today): every cell's latest record, the invalid
     ones with their reason; MoE rows with the experts a step read and the floor of every expert."""
+    from floorline.report import display
+
     order = {"eager": 0, "static": 1, "graph": 2, "compile": 3, "native": 4}
     recs = sorted(_suite(("today",), valid_only=False), key=lambda r: (r["model"], r["ctx"], order.get(r["mode"], 9)))
     rows = ["| model | ctx | mode | ms/step | floor ms (datasheet) | % of floor (datasheet) | % of floor (measured bw) "
             "| note |", "|---|---|---|---|---|---|---|---|"]
     for r in recs:
         note = []
-        if r.get("moe_experts"):
-            every = r["floor_bytes_all_experts"] / (r["measured_gbps"] * 1e9) * 1e3
-            note.append(f"routed to {r['moe_experts_read_per_step']:.0f} experts a step ({r['moe_top_k']} of "
-                        f"{r['moe_experts']} in each of {r['moe_layers']} layers); reading all of them: "
-                        f"{every:.2f} ms at the measured bandwidth" if r.get("valid") else
-                        f"top {r['moe_top_k']} of {r['moe_experts']} experts")
+        if r.get("moe_experts"):  # what `run` prints under its table (display.moe_line)
+            note.append(display.moe_line(r) or f"top {r['moe_top_k']} of {r['moe_experts']} experts")
         if r.get("hf_sliding_cache"):
             note.append(f"sliding layers: {r['hf_sliding_cache']}")
         if r.get("attn_implementation") == "eager":

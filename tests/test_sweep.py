@@ -343,7 +343,7 @@ def test_dry_run_memory_is_what_run_asks_and_says_what_will_not_fit():
     assert [r["status"] for r in rows] == ["out of memory: 2.00 GB free", "to run"]
     for c, r in zip(cells, rows):
         w, kv = memory_need(c.run, c.arch, c.ctx, energy=False)
-        assert r["memory_bytes"] == int((w + kv) * models.MEMORY_MARGIN)
+        assert r["memory_bytes"] == models.memory_asked(w, kv) == int((w + kv) * 1.1)
         refused = False
         try:
             models.check_fits(c.arch, torch.device("cpu"), w, kv, have=free)

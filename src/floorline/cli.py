@@ -407,16 +407,15 @@ def cmd_sweep(args) -> int:
         names = system.nvml_gpu_names() if cells[0].run.device.startswith("cuda") else []
         spec = specs.detect(names[0]) if names else None
         title = f"{len(cells)} cells" + (f"; floor at {spec.name} peak {spec.peak_gbps:.0f} GB/s" if spec else "")
-        cpu = cells[0].run.device == "cpu"  # (a GPU's free memory needs a CUDA context: its run says)
-        if cpu:
+        free = None  # the CPU's free memory (a GPU's needs a CUDA context: its run says)
+        if cells[0].run.device == "cpu":
             import torch
 
             from floorline.bench import models
 
             free = models.free_bytes(torch.device("cpu"))
         t = display.table(display.DRY_RUN_HEADER, display.dry_run_rows(
-            sweep.dry_run_rows(cells, [] if args.rerun else have, spec.peak_gbps if spec else None,
-                               free if cpu else None)), title)
+            sweep.dry_run_rows(cells, [] if args.rerun else have, spec.peak_gbps if spec else None, free)), title)
         out.print(t)
         return 0
     results: list[dict] = []

@@ -141,7 +141,6 @@ def check_builds(a: Arch) -> None:
 def load_local(a: Arch, device: torch.device, dtype: str = "bf16", attn: str = "sdpa") -> torch.nn.Module:
     """A local directory's config.json + *.safetensors; never pickle, never remote code, no missing weights."""
     attn = a.attention(attn)
-    check_builds(a)
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -190,7 +189,9 @@ def build(a: Arch, device: torch.device, dtype: str = "bf16", seed: int = 0, att
     return load_local(a, device, dtype, attn) if a.path else build_random(a, device, dtype, seed, attn)
 
 
-MEMORY_MARGIN = 1.1  # weights + KV cache, +10% for activations and workspaces: what a cell is refused without
+def memory_asked(weight_bytes: int, kv_bytes: int) -> int:
+    """What a cell needs free: weights + KV cache, +10% for activations and workspaces (check_fits; sweep's dry run)."""
+    return int((weight_bytes + kv_bytes) * 1.1)
 
 
 def free_bytes(device: torch.device) -> int:
@@ -207,7 +208,7 @@ def free_bytes(device: torch.device) -> int:
 def check_fits(a: Arch, device: torch.device, weight_bytes: int, kv_bytes: int, have: int | None = None) -> None:
     """Refuse before allocating when weights + KV cache (+10% for activations and workspaces) exceed free memory."""
     have = free_bytes(device) if have is None else have
-    need = int((weight_bytes + kv_bytes) * MEMORY_MARGIN)
+    need = memory_asked(weight_bytes, kv_bytes)
     if need > have:
         raise UserError(
             f"out of memory: {a.name} needs {need / 1e9:.2f} GB on {device} (weights {weight_bytes / 1e9:.2f} GB + "

@@ -191,8 +191,9 @@ def notes(records: list[dict]) -> list[str]:
         if not r.get("valid"):
             out.append(f"{tag}: INVALID: {r.get('reason')}")
         out += [f"{tag}: warning: {w}" for w in r.get("warnings") or []]
-        if moe_line(r):
-            out.append(f"{tag}: {moe_line(r)}")
+        moe = moe_line(r)
+        if moe:
+            out.append(f"{tag}: {moe}")
         if r.get("prepare_s"):
             out.append(f"{tag}: {'capture' if r['mode'] == 'graph' else 'compile'} took {r['prepare_s']:.1f} s (not timed)")
     return out

@@ -218,14 +218,14 @@ def dry_run_rows(cells: list[Cell], have: list[dict], peak_gbps: float | None,
                  free: int | None = None) -> list[dict]:
     """Each cell with its strict floor, the memory a run asks for it (weights + KV cache + the margin run's check
     adds), and whether it is done, or would be refused for memory (`free` bytes: the CPU's, known here)."""
-    from floorline.bench.models import MEMORY_MARGIN
+    from floorline.bench.models import memory_asked
 
     done = resume.done_keys(have)
     rows = []
     for c in cells:
         f = (floor.floor(c.arch, c.ctx, weight_format(c.run), "strict") if c.run.tp == 1 else
              tp.floor(c.arch, c.ctx, c.run.tp, weight_format(c.run)))  # per GPU
-        need = int(sum(memory_need(c.run, c.arch, c.ctx, energy=device_kind(c.run.device) == "cuda")) * MEMORY_MARGIN)
+        need = memory_asked(*memory_need(c.run, c.arch, c.ctx, energy=device_kind(c.run.device) == "cuda"))
         status = "done" if c.key() in done else precheck(c) or (
             f"out of memory: {free / 1e9:.2f} GB free" if free is not None and need > free else "to run")
         rows.append({"cell": c.label, "floor_bytes": f.bytes, "floor_ms_peak": f.ms(peak_gbps),
